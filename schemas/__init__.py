@@ -1,0 +1,63 @@
+"""pydantic models every part of posbias shares. No I/O happens here."""
+
+from schemas.curve import Comparison, Curve, CurvePoint, DiffPoint, Interval
+from schemas.errors import ConflictError, NotFoundError, PosbiasError
+from schemas.job import (
+    AnswerMode,
+    ChatTemplateUse,
+    DatasetSpec,
+    Design,
+    EngineName,
+    EngineOptions,
+    FakeSpec,
+    JobSpec,
+    PromptTemplate,
+    RotationCostWarning,
+    SamplingSpec,
+)
+from schemas.work import (
+    EngineInfo,
+    ModelInfo,
+    ParseStatus,
+    Question,
+    QuestionResult,
+    ShardResult,
+    ShardSpec,
+    Trial,
+    TrialResult,
+    TrialStatus,
+    WorkerConfig,
+)
+
+__all__ = [
+    "AnswerMode",
+    "ChatTemplateUse",
+    "Comparison",
+    "ConflictError",
+    "Curve",
+    "CurvePoint",
+    "DatasetSpec",
+    "Design",
+    "DiffPoint",
+    "EngineInfo",
+    "EngineName",
+    "EngineOptions",
+    "FakeSpec",
+    "Interval",
+    "JobSpec",
+    "ModelInfo",
+    "NotFoundError",
+    "ParseStatus",
+    "PosbiasError",
+    "PromptTemplate",
+    "Question",
+    "QuestionResult",
+    "RotationCostWarning",
+    "SamplingSpec",
+    "ShardResult",
+    "ShardSpec",
+    "Trial",
+    "TrialResult",
+    "TrialStatus",
+    "WorkerConfig",
+]

@@ -1,0 +1,178 @@
+"""What travels between the driver and a worker: questions, trials, shards and their results.
+
+A `ShardSpec` is self-contained (it carries every question's text, options and gold answer), so a worker
+needs nothing but the shard and an engine. A `ShardResult` is everything the driver writes to the store.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.job import AnswerMode, ChatTemplateUse, EngineOptions, FakeSpec, PromptTemplate, SamplingSpec
+
+
+class Record(BaseModel):
+    """Base for stored and transmitted records: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Question(Record):
+    """One multiple-choice question as loaded from the dataset."""
+
+    id: str = Field(description="Stable id: subject plus a hash of the content, equal across jobs.")
+    subject: str = Field(description="Dataset subject (e.g. `anatomy`); `default` when the data has none.")
+    question: str = Field(description="Question text.")
+    choices: tuple[str, ...] = Field(min_length=2, description="Option texts in the dataset's order.")
+    answer: int = Field(ge=0, description="0-based index of the correct option in `choices`.")
+
+
+class Trial(Record):
+    """One rendered prompt: N questions in order, plus how their options are presented."""
+
+    index: int = Field(ge=0, description="0-based index of the trial within its job; unique per job.")
+    batch_size: int = Field(ge=1, description="N, the number of questions in the prompt.")
+    iteration: int = Field(ge=0, description="0-based iteration number within the batch size.")
+    question_ids: tuple[str, ...] = Field(description="Question ids in prompt order (position 1 first).")
+    choice_orders: tuple[tuple[int, ...], ...] | None = Field(
+        None,
+        description="Per position, the dataset indices of the options in the order shown; None when "
+        "options are not shuffled.",
+    )
+    rotation: int = Field(
+        0, ge=0, description="Rotation design: how far the sampled set was rotated (0 for `random`)."
+    )
+
+
+class ShardSpec(Record):
+    """The unit of work a worker leases: some trials of one job, with all it needs to run them."""
+
+    job_id: int = Field(description="Job the shard belongs to.")
+    shard_id: int = Field(description="Shard id in the store.")
+    model: str = Field(description="Model to load: hub id, local folder or .gguf file.")
+    revision: str | None = Field(None, description="Model revision.")
+    tokenizer: str | None = Field(None, description="Tokenizer, when not the model's own.")
+    model_key: str = Field(description="Identity of the engine; shards with the same key share an actor.")
+    engine: EngineOptions = Field(description="Engine settings.")
+    fake: FakeSpec = Field(default_factory=FakeSpec, description="Fake engine behaviour (engine `fake`).")
+    answer_mode: AnswerMode = Field(description="Free or constrained answers.")
+    prompt: PromptTemplate = Field(description="Prompt wording.")
+    chat_template: ChatTemplateUse = Field(description="Whether to wrap the prompt in a chat template.")
+    sampling: SamplingSpec = Field(description="Decoding settings.")
+    seed: int = Field(description="Job seed; the fake engine derives its randomness from it.")
+    trials: tuple[Trial, ...] = Field(description="Trials to run, in order.")
+    questions: dict[str, Question] = Field(description="Every question the trials use, by id.")
+
+
+class ParseStatus(StrEnum):
+    """What the parser made of one position's answer."""
+
+    ok = "ok"
+    missing = "missing"
+    duplicate = "duplicate"
+    out_of_range = "out_of_range"
+    unparseable = "unparseable"
+
+
+class TrialStatus(StrEnum):
+    """Whether a trial's prompt was answered."""
+
+    done = "done"
+    skipped = "skipped"
+
+
+class QuestionResult(Record):
+    """One answer: a (trial, position) pair."""
+
+    trial_index: int = Field(description="Trial index within the job.")
+    position: int = Field(ge=1, description="1-based position of the question in the prompt.")
+    question_id: str = Field(description="Question id.")
+    subject: str = Field(description="Question subject.")
+    gold: int = Field(ge=0, description="0-based index of the correct option as shown in the prompt.")
+    predicted: int | None = Field(
+        None, description="0-based index of the option the model chose as shown; None if unparsed."
+    )
+    correct: bool = Field(description="predicted == gold; False when the answer did not parse.")
+    parse_status: ParseStatus = Field(description="What the parser made of this position.")
+    question_token_start: int | None = Field(
+        None, description="Index of the question's first token in the prompt."
+    )
+    question_token_end: int | None = Field(
+        None, description="Index one past the question's last token in the prompt."
+    )
+    answer_token_index: int | None = Field(
+        None, description="Index in the output of the token carrying this position's option number."
+    )
+    token_distance: int | None = Field(
+        None,
+        description="Tokens from the end of the question to its answer token: (prompt length - "
+        "question end) + answer token index.",
+    )
+    option_probs: tuple[float, ...] | None = Field(
+        None,
+        description="Probability of each shown option at the answer slot. Under constrained decoding "
+        "these come after the grammar mask, i.e. renormalised over the options; in free mode they are "
+        "the raw next-token probabilities of the option tokens (top-k, missing ones are 0).",
+    )
+    gold_prob: float | None = Field(None, description="option_probs[gold], when known.")
+
+
+class TrialResult(Record):
+    """What happened to one prompt."""
+
+    trial_index: int = Field(description="Trial index within the job.")
+    status: TrialStatus = Field(description="`done`, or `skipped` with a reason (e.g. prompt too long).")
+    skip_reason: str | None = Field(None, description="Why the trial was skipped.")
+    prompt_tokens: int | None = Field(None, description="Prompt length in tokens.")
+    output_tokens: int | None = Field(None, description="Output length in tokens.")
+    output_text: str | None = Field(None, description="The model's raw output.")
+
+
+class ModelInfo(Record):
+    """A model's architecture facts that bear on position effects, read from its config."""
+
+    name: str = Field(description="Model as given in the job (hub id, folder or file).")
+    revision: str | None = Field(None, description="Model revision.")
+    architecture: str | None = Field(None, description="Architecture class, e.g. `Gemma2ForCausalLM`.")
+    num_layers: int | None = Field(None, description="Number of transformer layers.")
+    sliding_window: int | None = Field(None, description="Sliding attention window in tokens, if any.")
+    sliding_window_layers: tuple[int, ...] | None = Field(
+        None, description="0-based indices of the layers that use the sliding window."
+    )
+    rope_theta: float | None = Field(None, description="RoPE base frequency.")
+    context_length: int | None = Field(None, description="Maximum context length in tokens.")
+    num_parameters: int | None = Field(None, description="Parameter count.")
+
+
+class EngineInfo(Record):
+    """What produced the answers."""
+
+    name: str = Field(description="`vllm` or `fake`.")
+    version: str = Field(description="Engine package version.")
+    dtype: str = Field(description="Dtype the model ran in.")
+    attention_backend: str | None = Field(None, description="Attention implementation vLLM chose.")
+    device: str = Field(description="`cuda`, `cpu`, or `none` for the fake engine.")
+
+
+class ShardResult(Record):
+    """Everything a worker returns for one shard; the driver writes it in one transaction."""
+
+    job_id: int = Field(description="Job the shard belongs to.")
+    shard_id: int = Field(description="Shard id.")
+    trials: tuple[TrialResult, ...] = Field(description="One entry per trial of the shard.")
+    results: tuple[QuestionResult, ...] = Field(description="One entry per (done trial, position).")
+    model: ModelInfo = Field(description="The model's metadata.")
+    engine: EngineInfo = Field(description="The engine that ran it.")
+    generate_seconds: float = Field(ge=0.0, description="Wall time of the engine call.")
+
+
+class WorkerConfig(Record):
+    """The part of the settings a worker needs, passed to it explicitly (workers read no environment)."""
+
+    cache_dir: str = Field(description="Folder for converted models (GGUF to Hugging Face) and kernels.")
+    cpu_kvcache_gib: int = Field(2, ge=1, description="KV cache size for the vLLM CPU build, in GiB.")
+    cpu_threads: int | None = Field(
+        None, ge=1, description="OpenMP threads for the vLLM CPU build; all cores when not set."
+    )

