@@ -281,7 +281,9 @@ class JobSpec(Strict):
     def model_key(self) -> str:
         """Identity of the loaded engine: shards with the same key can share one actor."""
         engine = self.engine.model_dump(mode="json")
-        ident = [self.model, self.revision, self.tokenizer, engine]
+        ident: list[object] = [self.model, self.revision, self.tokenizer, engine]
+        if self.engine.name is EngineName.fake:
+            ident.append(self.fake.model_dump(mode="json"))  # the fake's behaviour is its "weights"
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod

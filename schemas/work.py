@@ -46,6 +46,21 @@ class Trial(Record):
     )
 
 
+class PlannedShard(Record):
+    """A shard as planned: which of the job's trials it holds."""
+
+    index: int = Field(ge=0, description="0-based shard index within the job.")
+    trial_indices: tuple[int, ...] = Field(min_length=1, description="Trial indices, in order.")
+
+
+class Plan(Record):
+    """A job spec turned into work: its trials, their grouping into shards, and the questions they use."""
+
+    trials: tuple[Trial, ...] = Field(description="Every trial of the job, by index.")
+    shards: tuple[PlannedShard, ...] = Field(description="Shards; each trial is in exactly one.")
+    questions: dict[str, Question] = Field(description="Every question some trial uses, by id.")
+
+
 class ShardSpec(Record):
     """The unit of work a worker leases: some trials of one job, with all it needs to run them."""
 
