@@ -1,0 +1,371 @@
+"""Loading the question pool a job samples from.
+
+MMLU reads a local copy in either of its two layouts (the release CSVs, or the `cais/mmlu` JSONL files), or
+the hub when no local copy is configured. Any other multiple-choice set loads from the hub by id or from a
+local CSV/JSON/JSONL/Parquet file, with the columns named in the `DatasetSpec`.
+
+Question ids are `<subject>/<first 12 hex digits of sha256(question, choices)>`, so the same question has the
+same id in every job, whichever layout or source it came from. Rows that hash to the same id (MMLU's test
+split repeats 27 questions verbatim) are kept once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import json
+import socket
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+from urllib.request import getproxies
+
+from schemas import DatasetSpec, JobSpec, PosbiasError, Question
+
+MMLU_HUB_ID = "cais/mmlu"
+DEFAULT_SUBJECT = "default"
+MMLU_FIX = "set POSBIAS_MMLU_DIR to a local MMLU copy or pass dataset.path"
+HUB_PROBE_TIMEOUT_S = 3.0
+FILE_SUFFIXES = (".csv", ".json", ".jsonl", ".parquet")
+
+# The hub names MMLU's validation split `validation`; the release files call it `val`.
+_SPLIT_ALIASES = {"val": "validation", "validation": "val"}
+
+
+@dataclass(frozen=True)
+class QuestionPool:
+    """The questions a job may sample, sorted by id so that sampling does not depend on load order."""
+
+    questions: tuple[Question, ...]
+    """Every question, sorted by id, ids unique."""
+    subjects: tuple[str, ...]
+    """Subjects present in `questions`, sorted."""
+    source: str
+    """Where the questions came from, for messages and logs."""
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def by_id(self) -> dict[str, Question]:
+        """The questions keyed by id."""
+        return {question.id: question for question in self.questions}
+
+
+def question_id(subject: str, question: str, choices: Sequence[str]) -> str:
+    """The stable id of a question: its subject plus a digest of its text and options."""
+    canonical = json.dumps([question, list(choices)], ensure_ascii=False, separators=(",", ":"))
+    return f"{subject}/{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
+
+
+def load_questions(dataset: DatasetSpec, *, mmlu_dir: Path | None) -> QuestionPool:
+    """Load the questions `dataset` names, filtered to its subjects.
+
+    MMLU reads `dataset.path` (or else `mmlu_dir`) when either is given and the hub otherwise; other datasets
+    read `dataset.path` when given and the hub otherwise. Raises `PosbiasError` with the fix when the data
+    cannot be found or read, or when a subject is unknown.
+    """
+    local = Path(dataset.path).expanduser() if dataset.path else None
+    if dataset.is_mmlu and local is None and mmlu_dir is not None:
+        local = Path(mmlu_dir).expanduser()
+    if local is not None:
+        if dataset.is_mmlu and (local.is_dir() or not local.suffix):
+            questions, source = _read_mmlu_dir(local, split=dataset.split)
+        elif local.is_dir():
+            raise PosbiasError(
+                f"dataset.path {local} is a folder; give a {'/'.join(FILE_SUFFIXES)} file of questions"
+            )
+        else:
+            questions, source = _read_file(local, dataset=dataset)
+    else:
+        questions, source = _read_hub(dataset)
+    return _pool(questions, subjects=dataset.subjects, source=source)
+
+
+def check_pool(spec: JobSpec, *, pool: QuestionPool) -> None:
+    """Raise `PosbiasError` when `spec` asks for more distinct questions per prompt than `pool` holds."""
+    largest = max(spec.batch_sizes)
+    if largest > len(pool):
+        raise PosbiasError(
+            f"batch size {largest} needs {largest} distinct questions but the pool has only {len(pool)} "
+            f"({pool.source}); lower the batch sizes or widen dataset.subjects"
+        )
+
+
+def _pool(questions: Iterable[Question], *, subjects: Sequence[str] | None, source: str) -> QuestionPool:
+    unique: dict[str, Question] = {}
+    for question in questions:
+        unique.setdefault(question.id, question)
+    present = sorted({question.subject for question in unique.values()})
+    if subjects:
+        unknown = [subject for subject in subjects if subject not in present]
+        if unknown:
+            raise PosbiasError(
+                f"unknown subject(s) {', '.join(unknown)} in {source}; valid subjects: {', '.join(present)}"
+            )
+        wanted = set(subjects)
+        unique = {qid: q for qid, q in unique.items() if q.subject in wanted}
+        present = sorted(wanted)
+    if not unique:
+        raise PosbiasError(f"no questions in {source}; check dataset.split and dataset.path")
+    ordered = tuple(unique[qid] for qid in sorted(unique))
+    return QuestionPool(questions=ordered, subjects=tuple(present), source=source)
+
+
+# --- MMLU, local --------------------------------------------------------------------------------------------
+
+
+def _read_mmlu_dir(folder: Path, *, split: str) -> tuple[list[Question], str]:
+    if not folder.is_dir():
+        raise PosbiasError(f"MMLU folder {folder} does not exist; {MMLU_FIX}")
+    splits = [split, _SPLIT_ALIASES[split]] if split in _SPLIT_ALIASES else [split]
+    for name in splits:
+        jsonl = folder / f"mmlu_{name}.jsonl"
+        if jsonl.is_file():
+            columns = DatasetSpec()  # the JSONL layout uses the default column names
+            rows = _jsonl_rows(jsonl)
+            return _questions(rows, columns=columns, where=str(jsonl)), f"MMLU {split} split in {jsonl}"
+    for name in splits:
+        for csv_dir in (folder / "csv" / name, folder / name):
+            files = sorted(csv_dir.glob(f"*_{name}.csv")) if csv_dir.is_dir() else []
+            if files:
+                questions = [q for file in files for q in _mmlu_csv(file, suffix=f"_{name}.csv")]
+                return questions, f"MMLU {split} split in {csv_dir} ({len(files)} CSV files)"
+    raise PosbiasError(
+        f"no MMLU {split} split in {folder} (looked for mmlu_{split}.jsonl, "
+        f"csv/{split}/<subject>_{split}.csv and {split}/<subject>_{split}.csv); {MMLU_FIX}"
+    )
+
+
+def _mmlu_csv(file: Path, *, suffix: str) -> Iterator[Question]:
+    """The release layout: no header; question, the options, and the answer letter last."""
+    subject = file.name.removesuffix(suffix)
+    try:
+        with file.open(newline="", encoding="utf-8") as handle:
+            for line, row in enumerate(csv.reader(handle), start=1):
+                if not row:
+                    continue
+                if len(row) < 4:
+                    raise PosbiasError(
+                        f"{file}:{line}: expected question, options and answer letter, got {len(row)} columns"
+                    )
+                where = f"{file}:{line}"
+                choices = _trim_choices(row[1:-1])
+                yield _question(subject, row[0], choices, _answer_index(row[-1], len(choices), where), where)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise PosbiasError(f"cannot read MMLU file {file}: {exc}; {MMLU_FIX}") from None
+
+
+# --- the hub ------------------------------------------------------------------------------------------------
+
+
+def _read_hub(dataset: DatasetSpec) -> tuple[list[Question], str]:
+    name = MMLU_HUB_ID if dataset.is_mmlu else dataset.name
+    config = "all" if dataset.is_mmlu else None
+    split = dataset.split
+    if dataset.is_mmlu and split == "val":
+        split = "validation"
+    tried = f"the Hugging Face hub ({name}{', ' + config if config else ''}, split {split})"
+    fix = MMLU_FIX if dataset.is_mmlu else "pass dataset.path to a local file of the dataset"
+    offline, endpoint = _hub_settings()
+    # Without network the hub client retries for about half a minute; a quick probe fails in milliseconds.
+    # HF_HUB_OFFLINE skips the probe so that a dataset already in the local hub cache still loads.
+    if not offline and not _reachable(endpoint):
+        raise PosbiasError(f"cannot reach {endpoint} for {tried}; {fix}")
+    try:
+        import datasets
+
+        table = datasets.load_dataset(name, config, split=split)
+    except Exception as exc:  # the hub client raises many unrelated types; all mean "not available"
+        raise PosbiasError(f"cannot load {tried}: {_first_line(exc)}; {fix}") from None
+    columns = DatasetSpec() if dataset.is_mmlu else dataset  # the hub's MMLU has the default columns
+    rows = (dict(row) for row in table)
+    return _questions(rows, columns=columns, where=f"{name} ({split})"), tried.removeprefix("the ")
+
+
+def _hub_settings() -> tuple[bool, str]:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE), str(constants.ENDPOINT)
+
+
+def _reachable(endpoint: str) -> bool:
+    """A direct TCP connection to the endpoint; behind a proxy the hub client is left to find out itself."""
+    url = urlparse(endpoint)
+    if url.scheme in getproxies():
+        return True
+    host = url.hostname or endpoint
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+# --- any local file -----------------------------------------------------------------------------------------
+
+
+def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str]:
+    suffix = file.suffix.lower()
+    if suffix not in FILE_SUFFIXES:
+        raise PosbiasError(
+            f"dataset.path {file}: unsupported file type; use one of {', '.join(FILE_SUFFIXES)}"
+        )
+    if not file.is_file():
+        raise PosbiasError(f"dataset.path {file} does not exist; give an existing file or folder")
+    try:
+        if suffix == ".csv":
+            rows: Iterable[Mapping[str, Any]] = _csv_rows(file, dataset=dataset)
+        elif suffix == ".jsonl":
+            rows = _jsonl_rows(file)
+        elif suffix == ".json":
+            rows = _json_rows(file)
+        else:
+            import pyarrow.parquet as pq
+
+            rows = pq.read_table(file).to_pylist()
+        return _questions(rows, columns=dataset, where=str(file)), f"{file}"
+    except (OSError, UnicodeDecodeError, csv.Error, json.JSONDecodeError) as exc:
+        raise PosbiasError(f"cannot read dataset.path {file}: {_first_line(exc)}") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("pyarrow"):
+            raise PosbiasError(f"cannot read dataset.path {file}: {_first_line(exc)}") from None
+        raise
+
+
+def _csv_rows(file: Path, *, dataset: DatasetSpec) -> Iterator[dict[str, Any]]:
+    """CSV rows, with option columns given as `A,B,C,D` gathered into one list under the choices column."""
+    option_columns = [c.strip() for c in dataset.choices_column.split(",")]
+    with file.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        if len(option_columns) > 1:
+            missing = [c for c in option_columns if c not in header]
+            if missing:
+                raise PosbiasError(
+                    f"{file}: no column(s) {', '.join(missing)} for the options; columns are "
+                    f"{', '.join(header)} (set dataset.choices_column)"
+                )
+        for row in reader:
+            if len(option_columns) > 1:
+                row[dataset.choices_column] = [row[c] for c in option_columns]
+            yield row
+
+
+def _jsonl_rows(file: Path) -> Iterator[dict[str, Any]]:
+    with file.open(encoding="utf-8") as handle:
+        for line, text in enumerate(handle, start=1):
+            if text.strip():
+                row = json.loads(text)
+                if not isinstance(row, dict):
+                    raise PosbiasError(f"{file}:{line}: expected one JSON object per line")
+                yield row
+
+
+def _json_rows(file: Path) -> list[dict[str, Any]]:
+    data = json.loads(file.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
+        data = next(iter(data.values()))  # e.g. {"data": [...]}
+    if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
+        raise PosbiasError(f"{file}: expected a JSON list of objects, one per question")
+    return data
+
+
+# --- rows to questions --------------------------------------------------------------------------------------
+
+
+def _questions(rows: Iterable[Mapping[str, Any]], *, columns: DatasetSpec, where: str) -> list[Question]:
+    choices_key = columns.choices_column
+    subject_key = columns.subject_column
+    out: list[Question] = []
+    for number, row in enumerate(rows, start=1):
+        if number == 1:
+            _check_columns(row, columns=columns, where=where)
+        at = f"{where} row {number}"
+        text = row.get(columns.question_column)
+        if not isinstance(text, str):
+            raise PosbiasError(f"{at}: the question ({columns.question_column}) is not text")
+        choices = _trim_choices(_choice_list(row.get(choices_key), at=at, column=choices_key))
+        subject = row.get(subject_key) if subject_key else None
+        subject = str(subject) if subject not in (None, "") else DEFAULT_SUBJECT
+        answer = _answer_index(row.get(columns.answer_column), len(choices), at)
+        out.append(_question(subject, text, choices, answer, at))
+    return out
+
+
+def _check_columns(row: Mapping[str, Any], *, columns: DatasetSpec, where: str) -> None:
+    needed = {
+        "dataset.question_column": columns.question_column,
+        "dataset.choices_column": columns.choices_column,
+        "dataset.answer_column": columns.answer_column,
+    }
+    # A subject column left at its default means "subjects if the data has them"; a named one must exist.
+    if columns.subject_column and columns.subject_column != "subject":
+        needed["dataset.subject_column"] = columns.subject_column
+    for field, column in needed.items():
+        if column not in row:
+            raise PosbiasError(
+                f"{where} has no column {column!r}; its columns are {', '.join(map(str, row))} (set {field})"
+            )
+
+
+def _choice_list(value: Any, *, at: str, column: str) -> list[str]:
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        with contextlib.suppress(json.JSONDecodeError):  # not JSON after all: reported just below
+            value = json.loads(value)
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise PosbiasError(
+            f"{at}: the options ({column}) are not a list; for a CSV, name the option columns, e.g. "
+            "dataset.choices_column: A,B,C,D"
+        )
+    return ["" if choice is None else str(choice) for choice in value]
+
+
+def _trim_choices(choices: Sequence[str]) -> list[str]:
+    """Drop empty trailing options: files that pad questions with fewer options to a fixed column count."""
+    trimmed = list(choices)
+    while trimmed and not trimmed[-1].strip():
+        trimmed.pop()
+    return trimmed
+
+
+def _answer_index(value: Any, n_choices: int, at: str) -> int:
+    """A 0-based index (an int or a string of digits, as CSVs hold it) or a letter A, B, ..."""
+    index: int | None = None
+    if isinstance(value, bool):
+        index = None
+    elif isinstance(value, int):
+        index = value
+    elif isinstance(value, float) and value.is_integer():
+        index = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            index = int(text)
+        elif len(text) == 1 and text.isalpha() and text.isascii():
+            index = ord(text.upper()) - ord("A")
+    if index is None:
+        raise PosbiasError(f"{at}: answer {value!r} is neither a 0-based option index nor a letter")
+    if not 0 <= index < n_choices:
+        raise PosbiasError(f"{at}: answer {value!r} is outside the {n_choices} options")
+    return index
+
+
+def _question(subject: str, text: str, choices: Sequence[str], answer: int, at: str) -> Question:
+    if len(choices) < 2:
+        raise PosbiasError(f"{at}: a question needs at least two options, found {len(choices)}")
+    return Question(
+        id=question_id(subject, text, choices),
+        subject=subject,
+        question=text,
+        choices=tuple(choices),
+        answer=answer,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

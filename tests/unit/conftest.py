@@ -1,0 +1,63 @@
+"""Fixtures for unit tests: the local MMLU copy and small synthetic question pools."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from schemas import DatasetSpec, Question
+from service.datasets import QuestionPool, load_questions, question_id
+from service.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def mmlu_dir() -> Path:
+    """The local MMLU copy: POSBIAS_MMLU_DIR when set, else ../shared/data/mmlu next to the repository."""
+    folder = Settings().mmlu_dir or REPO_ROOT.parent / "shared" / "data" / "mmlu"
+    if not (folder / "mmlu_test.jsonl").is_file() or not (folder / "csv" / "test").is_dir():
+        pytest.fail(
+            f"no MMLU copy at {folder} (needs mmlu_test.jsonl and csv/test/); set POSBIAS_MMLU_DIR to one",
+            pytrace=False,
+        )
+    return folder
+
+
+@pytest.fixture(scope="session")
+def mmlu_pool(mmlu_dir: Path) -> QuestionPool:
+    """MMLU's test split, read from the JSONL layout."""
+    return load_questions(DatasetSpec(), mmlu_dir=mmlu_dir)
+
+
+PoolFactory = Callable[..., QuestionPool]
+
+
+@pytest.fixture(scope="session")
+def make_pool() -> PoolFactory:
+    """A factory of synthetic pools: `make_pool(size, n_choices=4, subjects=("alpha", "beta"))`."""
+    return synthetic_pool
+
+
+def synthetic_pool(
+    size: int, *, n_choices: int = 4, subjects: tuple[str, ...] = ("alpha", "beta")
+) -> QuestionPool:
+    """`size` synthetic questions with `n_choices` options each, answers spread over the options."""
+    questions = []
+    for i in range(size):
+        subject = subjects[i % len(subjects)]
+        text = f"What is question number {i}?"
+        choices = tuple(f"option {k} of question {i}" for k in range(n_choices))
+        questions.append(
+            Question(
+                id=question_id(subject, text, choices),
+                subject=subject,
+                question=text,
+                choices=choices,
+                answer=(i * 7) % n_choices,
+            )
+        )
+    questions.sort(key=lambda q: q.id)
+    return QuestionPool(questions=tuple(questions), subjects=tuple(sorted(set(subjects))), source="synthetic")
