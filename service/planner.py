@@ -1,0 +1,119 @@
+"""Turning a job spec into trials and shards, deterministically from its seed.
+
+The same spec and question pool give the same plan on any machine: sampling uses numpy's `default_rng`
+(PCG64, platform independent) seeded by the job seed and the batch size, and draws indices into the pool
+sorted by question id, so neither load order nor the other batch sizes of the job change a batch size's
+trials. Option shuffling draws from a stream of its own, so turning it on keeps the same questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from schemas import Design, JobSpec, Plan, PlannedShard, Question, ShardSpec, Trial
+from service.datasets import QuestionPool, check_pool
+
+QUESTIONS_PER_SHARD = 500
+"""Default shard size in questions. A shard is one engine call: about 500 questions keeps a call long enough
+to batch well on a GPU (10 prompts at N = 50, 500 at N = 1) and short enough that a lost lease costs minutes,
+not hours."""
+
+_SAMPLE_STREAM = 0
+_SHUFFLE_STREAM = 1
+
+
+def plan(spec: JobSpec, *, pool: QuestionPool) -> Plan:
+    """All trials of `spec`, grouped into shards, with the questions they use.
+
+    Trial indices run 0..T-1 over the batch sizes in ascending order. `random` samples N distinct
+    questions per iteration; `rotation` samples N per iteration and shows them N times, rotated so every
+    question sits at every position once. Each shard holds trials of one batch size. Raises `PosbiasError`
+    when a batch size exceeds the pool.
+    """
+    check_pool(spec, pool=pool)
+    ordered = sorted(pool.questions, key=lambda question: question.id)
+    ids = [question.id for question in ordered]
+    n_choices = [len(question.choices) for question in ordered]
+
+    trials: list[Trial] = []
+    shards: list[PlannedShard] = []
+    for batch_size in spec.batch_sizes:
+        sample = np.random.default_rng(_entropy(spec.seed, batch_size, _SAMPLE_STREAM))
+        shuffle = np.random.default_rng(_entropy(spec.seed, batch_size, _SHUFFLE_STREAM))
+        first = len(trials)
+        for iteration in range(spec.iterations):
+            chosen = sample.choice(len(ids), size=batch_size, replace=False)
+            rotations = range(batch_size) if spec.design is Design.rotation else range(1)
+            for rotation in rotations:
+                shown = np.roll(chosen, -rotation)  # position i holds chosen[(i + rotation) mod N]
+                orders = (
+                    tuple(tuple(int(j) for j in shuffle.permutation(n_choices[k])) for k in shown)
+                    if spec.shuffle_choices
+                    else None
+                )
+                trials.append(
+                    Trial(
+                        index=len(trials),
+                        batch_size=batch_size,
+                        iteration=iteration,
+                        question_ids=tuple(ids[k] for k in shown),
+                        choice_orders=orders,
+                        rotation=rotation,
+                    )
+                )
+        size = shard_size(spec, batch_size=batch_size)
+        for start in range(first, len(trials), size):
+            stop = min(start + size, len(trials))
+            shards.append(PlannedShard(index=len(shards), trial_indices=tuple(range(start, stop))))
+
+    used = sorted({qid for trial in trials for qid in trial.question_ids})
+    by_id = {question.id: question for question in ordered}
+    return Plan(trials=tuple(trials), shards=tuple(shards), questions={qid: by_id[qid] for qid in used})
+
+
+def shard_size(spec: JobSpec, *, batch_size: int) -> int:
+    """Trials per shard at `batch_size`: `spec.shard_size`, or about `QUESTIONS_PER_SHARD` questions."""
+    size = spec.shard_size or max(1, QUESTIONS_PER_SHARD // batch_size)
+    return min(size, spec.trials_per_batch_size(batch_size))
+
+
+def shard_spec(
+    spec: JobSpec,
+    *,
+    job_id: int,
+    shard_id: int,
+    trials: Sequence[Trial],
+    questions: Mapping[str, Question],
+) -> ShardSpec:
+    """The self-contained unit of work for `trials`: the job's model, engine and prompt settings, plus every
+    question the trials use (and no other)."""
+    used: dict[str, Question] = {}
+    for trial in trials:
+        for qid in trial.question_ids:
+            if qid not in questions:
+                raise ValueError(f"trial {trial.index} uses question {qid}, which is not in `questions`")
+            used[qid] = questions[qid]
+    return ShardSpec(
+        job_id=job_id,
+        shard_id=shard_id,
+        model=spec.model,
+        revision=spec.revision,
+        tokenizer=spec.tokenizer,
+        model_key=spec.model_key(),
+        engine=spec.engine,
+        fake=spec.fake,
+        answer_mode=spec.answer_mode,
+        prompt=spec.prompt,
+        chat_template=spec.chat_template,
+        sampling=spec.sampling,
+        seed=spec.seed,
+        trials=tuple(trials),
+        questions=dict(sorted(used.items())),
+    )
+
+
+def _entropy(seed: int, batch_size: int, stream: int) -> list[int]:
+    # SeedSequence takes non-negative integers only; the sign travels separately so -1 and 1 differ.
+    return [abs(seed), int(seed < 0), batch_size, stream]
