@@ -1,0 +1,157 @@
+"""Running one shard on an engine: render, generate in one call, parse, and record every answer."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+
+from schemas import (
+    AnswerMode,
+    ParseStatus,
+    QuestionResult,
+    ShardResult,
+    ShardSpec,
+    Trial,
+    TrialResult,
+    TrialStatus,
+)
+from workers.engine import Engine, Generation, GenerationRequest
+from workers.parsing import ParsedAnswer, parse_answers
+from workers.prompts import RenderedPrompt, answer_regex, option_labels, render
+
+
+def run_shard(shard: ShardSpec, *, engine: Engine) -> ShardResult:
+    """Answer every trial of `shard` with `engine` in one `generate` call and return all results.
+
+    A trial whose prompt plus output budget does not fit the engine's context is skipped with its reason,
+    not sent. A failed parse is recorded as not correct, with the parse status saying why.
+    """
+    constrained = shard.answer_mode is AnswerMode.constrained
+    to_run: list[tuple[Trial, RenderedPrompt, GenerationRequest]] = []
+    trial_results: dict[int, TrialResult] = {}
+    for trial in shard.trials:
+        rendered = render(
+            trial,
+            questions=shard.questions,
+            template=shard.prompt,
+            chat_template=shard.chat_template,
+            tokenizer=engine.tokenizer,
+        )
+        prompt_tokens = len(rendered.token_ids or ())
+        max_tokens = shard.sampling.max_tokens_for(trial.batch_size, answer_mode=shard.answer_mode)
+        if prompt_tokens + max_tokens > engine.max_model_len:
+            trial_results[trial.index] = TrialResult(
+                trial_index=trial.index,
+                status=TrialStatus.skipped,
+                skip_reason=f"prompt is {prompt_tokens} tokens (+{max_tokens} for the answers); "
+                f"the model's context is {engine.max_model_len}",
+                prompt_tokens=prompt_tokens,
+            )
+            continue
+        request = GenerationRequest(
+            prompt_token_ids=list(rendered.token_ids or ()),
+            max_tokens=max_tokens,
+            regex=answer_regex(rendered.n_options) if constrained else None,
+            option_labels=option_labels(max(rendered.n_options)),
+            answer_key=rendered.answer_key,
+        )
+        to_run.append((trial, rendered, request))
+
+    generate_seconds = 0.0
+    generations: list[Generation] = []
+    if to_run:
+        started = time.perf_counter()
+        generations = engine.generate(
+            [request for _, _, request in to_run],
+            temperature=shard.sampling.temperature,
+            top_p=shard.sampling.top_p,
+            seed=shard.sampling.seed,
+        )
+        generate_seconds = time.perf_counter() - started
+        if len(generations) != len(to_run):
+            raise RuntimeError(f"the engine answered {len(generations)} of {len(to_run)} prompts")
+
+    results: list[QuestionResult] = []
+    for (trial, rendered, _), generation in zip(to_run, generations, strict=True):
+        trial_results[trial.index] = TrialResult(
+            trial_index=trial.index,
+            status=TrialStatus.done,
+            prompt_tokens=rendered.prompt_tokens,
+            output_tokens=len(generation.token_ids),
+            output_text=generation.text,
+        )
+        parsed = parse_answers(generation.text, n_options=rendered.n_options)
+        results.extend(
+            _result(shard, trial, rendered, generation, answer, constrained=constrained) for answer in parsed
+        )
+
+    return ShardResult(
+        job_id=shard.job_id,
+        shard_id=shard.shard_id,
+        trials=tuple(trial_results[trial.index] for trial in shard.trials),
+        results=tuple(results),
+        model=engine.model_info,
+        engine=engine.info,
+        generate_seconds=generate_seconds,
+    )
+
+
+def _result(
+    shard: ShardSpec,
+    trial: Trial,
+    rendered: RenderedPrompt,
+    generation: Generation,
+    answer: ParsedAnswer,
+    *,
+    constrained: bool,
+) -> QuestionResult:
+    placed = rendered.questions[answer.position - 1]
+    question = shard.questions[placed.question_id]
+    answer_token = _token_at(generation, answer.span[0]) if answer.span is not None else None
+    distance = None
+    if answer_token is not None and placed.token_end is not None and rendered.prompt_tokens is not None:
+        distance = (rendered.prompt_tokens - placed.token_end) + answer_token
+    probs = _option_probs(generation, answer_token, n_options=placed.n_options, renormalise=constrained)
+    return QuestionResult(
+        trial_index=trial.index,
+        position=answer.position,
+        question_id=question.id,
+        subject=question.subject,
+        gold=placed.gold,
+        predicted=answer.predicted,
+        correct=answer.status in (ParseStatus.ok, ParseStatus.duplicate) and answer.predicted == placed.gold,
+        parse_status=answer.status,
+        question_token_start=placed.token_start,
+        question_token_end=placed.token_end,
+        answer_token_index=answer_token,
+        token_distance=distance,
+        option_probs=probs,
+        gold_prob=probs[placed.gold] if probs is not None else None,
+    )
+
+
+def _token_at(generation: Generation, char: int) -> int | None:
+    """The output token whose span holds character `char` (offsets are where each token starts)."""
+    index = bisect.bisect_right(generation.token_offsets, char) - 1
+    return index if index >= 0 else None
+
+
+def _option_probs(
+    generation: Generation, token: int | None, *, n_options: int, renormalise: bool
+) -> tuple[float, ...] | None:
+    """Probabilities of the option labels at `token`; a label outside the top candidates counts as 0.
+
+    Constrained decoding masks every other token, so there the probabilities are renormalised over the
+    options (a no-op when the engine already reports them after the mask).
+    """
+    if token is None or generation.top_logprobs is None or token >= len(generation.top_logprobs):
+        return None
+    candidates = generation.top_logprobs[token]
+    probs = [
+        math.exp(candidates[label]) if label in candidates else 0.0 for label in option_labels(n_options)
+    ]
+    total = sum(probs)
+    if renormalise and total > 0:
+        probs = [p / total for p in probs]
+    return tuple(probs)

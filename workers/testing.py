@@ -1,0 +1,210 @@
+"""A fake engine whose accuracy follows a configured curve, and a small deterministic tokenizer for it.
+
+`FakeEngine` implements the `Engine` protocol without a model: it reads the gold answers the request carries
+and answers position p of N correctly with probability `FakeSpec.accuracy(p, N)`. Unit tests run the whole
+worker path on it, and the analysis is checked by recovering the curve it was given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+import zlib
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+
+from schemas import EngineInfo, FakeSpec, ModelInfo
+from workers.engine import Encoding, Generation, GenerationRequest
+
+SPECIAL_TOKENS = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<start_of_turn>": 3, "<end_of_turn>": 4}
+CHAT_TEMPLATE = "<bos><start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n"
+FIRST_WORD_ID = 1000
+VOCAB_SIZE = 1_000_000
+DEFAULT_MAX_MODEL_LEN = 1_000_000
+GARBAGE = "I am not sure"
+
+_PIECES = re.compile(
+    "|".join(re.escape(token) for token in SPECIAL_TOKENS) + r"|\w+|[^\w\s]|\s+",
+)
+
+
+def _posbias_version() -> str:
+    try:
+        return version("posbias")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class FakeTokenizer:
+    """Words, single punctuation marks and whitespace runs are tokens; ids are stable across processes.
+
+    The chat template is Gemma's shape (one user turn, BOS inside the template).
+    """
+
+    def __init__(self, *, chat_template: bool = True) -> None:
+        self._chat_template = chat_template
+
+    def has_chat_template(self) -> bool:
+        """True unless constructed with `chat_template=False`."""
+        return self._chat_template
+
+    def apply_chat_template(self, user_text: str) -> str:
+        """`user_text` as the single user turn, followed by the model's turn."""
+        if not self._chat_template:
+            raise ValueError("this tokenizer has no chat template")
+        return CHAT_TEMPLATE.format(text=user_text)
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> Encoding:
+        """Tokens of `text` with their character spans; BOS at (0, 0) first with `add_special_tokens`."""
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        if add_special_tokens:
+            ids.append(SPECIAL_TOKENS["<bos>"])
+            offsets.append((0, 0))
+        for match in _PIECES.finditer(text):
+            ids.append(self.token_id(match.group()))
+            offsets.append(match.span())
+        return Encoding(ids=ids, offsets=offsets)
+
+    @staticmethod
+    def token_id(piece: str) -> int:
+        """The id of one piece: fixed for special tokens, a CRC of the text otherwise."""
+        special = SPECIAL_TOKENS.get(piece)
+        if special is not None:
+            return special
+        return FIRST_WORD_ID + zlib.crc32(piece.encode()) % VOCAB_SIZE
+
+
+class FakeEngine:
+    """An engine that answers from the gold key with a configured accuracy curve.
+
+    Deterministic like greedy decoding: a request's randomness comes from the engine seed and a digest of its
+    prompt tokens, so the same prompt always gets the same answer (sampling settings are ignored).
+
+    Per position p of N: with probability `spec.malformed` (free mode only; constrained output always follows
+    the regex) the line is garbage, half the time `p. I am not sure` and half the time left out; otherwise
+    the answer is the gold option with probability `spec.accuracy(p, N)` and a uniformly drawn wrong option
+    otherwise, among `len(request.option_labels)` options.
+
+    Log-probabilities: at an answer's digit the distribution over the options is half a point mass on the
+    option written plus half a "belief" giving the gold option `spec.accuracy(p, N)` and the rest equal
+    shares. The written option is always the most probable (as under greedy decoding), and the mean
+    probability of the gold option at a position equals the configured accuracy there. Every other output
+    token has log-probability 0.
+    """
+
+    def __init__(
+        self,
+        spec: FakeSpec,
+        *,
+        seed: int = 0,
+        model: str = "fake",
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+        tokenizer: FakeTokenizer | None = None,
+    ) -> None:
+        self._spec = spec
+        self._seed = seed
+        self._model = model
+        self._max_model_len = max_model_len
+        self._tokenizer = tokenizer or FakeTokenizer()
+        self.calls = 0
+        """Number of `generate` calls, so tests can check that a shard is one engine call."""
+
+    @property
+    def info(self) -> EngineInfo:
+        """Name `fake`, posbias's version, no dtype or device."""
+        return EngineInfo(name="fake", version=_posbias_version(), dtype="none", device="none")
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Only the name and the context length: the fake has no architecture."""
+        return ModelInfo(name=self._model, context_length=self._max_model_len)
+
+    @property
+    def tokenizer(self) -> FakeTokenizer:
+        """The `FakeTokenizer` the prompts are rendered with."""
+        return self._tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest prompt plus output accepted."""
+        return self._max_model_len
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float, seed: int | None
+    ) -> list[Generation]:
+        """Answer every request, sleeping `spec.delay_s` per prompt."""
+        self.calls += 1
+        generations = []
+        for request in requests:
+            too_long = len(request.prompt_token_ids) + request.max_tokens - self._max_model_len
+            if too_long > 0:
+                raise ValueError(f"prompt plus max_tokens exceeds max_model_len by {too_long} tokens")
+            if self._spec.delay_s:
+                time.sleep(self._spec.delay_s)
+            generations.append(self._answer(request))
+        return generations
+
+    def _answer(self, request: GenerationRequest) -> Generation:
+        if request.answer_key is None:
+            raise ValueError("the fake engine answers from request.answer_key; render with a key")
+        rng = np.random.default_rng([abs(self._seed), int(self._seed < 0), _digest(request.prompt_token_ids)])
+        labels = request.option_labels
+        n_options = len(labels)
+        n = len(request.answer_key)
+        lines: list[str] = []
+        answered: list[tuple[int, int, int, float]] = []  # (line, option, gold, accuracy) of answer lines
+        for position, gold in enumerate(request.answer_key, start=1):
+            # Four draws per position whatever happens, so the answers do not depend on `malformed`.
+            malformed, kind, correct, wrong = rng.random(4)
+            accuracy = self._spec.accuracy(position, n)
+            if request.regex is None and malformed < self._spec.malformed:
+                if kind < 0.5:
+                    lines.append(f"{position}. {GARBAGE}")
+                continue
+            option = gold
+            if correct >= accuracy:
+                others = [i for i in range(n_options) if i != gold]
+                option = others[int(wrong * len(others))]
+            answered.append((len(lines), option, gold, accuracy))
+            lines.append(f"{position}. {labels[option]}")
+        text = "\n".join(lines)
+
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        offsets = [start for start, _ in encoding.offsets]
+        logprobs: list[dict[str, float]] = [{text[s:e].strip(): 0.0} for s, e in encoding.offsets]
+        line_starts = np.cumsum([0] + [len(line) + 1 for line in lines])
+        for line, option, gold, accuracy in answered:
+            digit_at = int(line_starts[line]) + lines[line].index(". ") + 2
+            token = offsets.index(digit_at)
+            logprobs[token] = _option_logprobs(labels, chosen=option, gold=gold, accuracy=accuracy)
+
+        if len(encoding.ids) > request.max_tokens:  # a real engine stops at the limit mid-sheet
+            cut = offsets[request.max_tokens]
+            text = text[:cut]
+            del (
+                encoding.ids[request.max_tokens :],
+                offsets[request.max_tokens :],
+                logprobs[request.max_tokens :],
+            )
+        if request.regex is not None and re.fullmatch(request.regex, text) is None:
+            raise ValueError(f"the answer sheet does not match the request's regex: {text[:80]!r}")
+        return Generation(
+            text=text, token_ids=list(encoding.ids), token_offsets=offsets, top_logprobs=logprobs
+        )
+
+
+def _option_logprobs(labels: Sequence[str], *, chosen: int, gold: int, accuracy: float) -> dict[str, float]:
+    n = len(labels)
+    belief = [accuracy if i == gold else (1 - accuracy) / (n - 1) for i in range(n)]
+    probs = [0.5 * (i == chosen) + 0.5 * belief[i] for i in range(n)]
+    return {label: math.log(p) for label, p in zip(labels, probs, strict=True) if p > 0}
+
+
+def _digest(token_ids: Sequence[int]) -> int:
+    data = np.asarray(token_ids, dtype=np.int64).tobytes()
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
