@@ -1,0 +1,485 @@
+"""Results in and out of the store: writing a shard's results exactly once, and the queries behind curves,
+bootstraps, token-distance analyses and exports.
+
+A shard's result is written in one transaction, and only while its lease is held, so a re-delivered or late
+result changes nothing. Results go in with `COPY` on PostgreSQL and `executemany` on SQLite; the per-(job,
+batch size, position) totals in `curve_points` are incremented in the same transaction, so a curve is read
+from a few hundred rows however many results there are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from operator import attrgetter
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from schemas import ModelInfo, NotFoundError, ParseStatus, QuestionResult, ShardResult, TrialStatus
+from service.analysis import CorrectnessMatrix, DistanceRow, PositionCount
+from service.database import Database
+from service.queue import dialect_insert, list_jobs, locked_job, now_utc, settle_job
+from service.tables import CurvePoint, Job, Model, Result, Shard, ShardStatus, Trial, TrialState
+
+__all__ = [
+    "EXPORT_COLUMNS",
+    "ExportRow",
+    "WriteOutcome",
+    "curve_counts",
+    "export_results",
+    "list_jobs",  # lives in service.queue with the other job queries; here too for `posbias status`/curve
+    "list_models",
+    "matching_jobs",
+    "token_distance_rows",
+    "trial_matrix",
+    "write_shard_result",
+]
+
+# Columns of `results` in the order both bulk paths write them, with the PostgreSQL types binary COPY sends
+# (JSON goes as text: its binary form is its text).
+RESULT_COLUMNS = {
+    "trial_id": "int8",
+    "job_id": "int8",
+    "batch_size": "int4",
+    # From here to gold_prob: QuestionResult's fields of the same names, read in one go by _RESULT_FIELDS.
+    "position": "int4",
+    "question_id": "text",
+    "subject": "text",
+    "gold": "int4",
+    "predicted": "int4",
+    "correct": "bool",
+    "question_token_start": "int4",
+    "question_token_end": "int4",
+    "answer_token_index": "int4",
+    "token_distance": "int4",
+    "gold_prob": "float8",
+    "parse_status": "text",
+    "option_probs": "text",
+}
+_RESULT_FIELDS = attrgetter(*list(RESULT_COLUMNS)[3:-2])
+# JSON arrays of n probabilities to 8 significant digits: three times faster than json.dumps, whose float
+# formatting was the largest cost of ingest per row.
+_PROBS_JSON = {n: "[" + ",".join(["%.8g"] * n) + "]" for n in range(1, 33)}
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What `write_shard_result` did."""
+
+    written: bool
+    reason: str | None = None
+    """Why the result was discarded (nothing was written), e.g. the lease was lost or the job cancelled."""
+    results: int = 0
+    """Result rows written."""
+
+
+def write_shard_result(db: Database, result: ShardResult, *, owner: str) -> WriteOutcome:
+    """Write a shard's results, trial outcomes, model and engine, and mark the shard done, in one
+    transaction, if `owner` still holds its lease. Otherwise (lease lost, shard cancelled or already done)
+    nothing is written and the outcome says why, so a re-delivered result is harmless.
+
+    Raises `ValueError` when the result does not match the shard's trials (a worker bug).
+    """
+    now = now_utc()
+    with db.write() as session:
+        shard = session.scalar(
+            select(Shard)
+            .where(Shard.id == result.shard_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        reason = _discard_reason(shard, result, owner=owner)
+        if reason is not None:
+            return WriteOutcome(written=False, reason=reason)
+        assert shard is not None
+        trials = _trials_of(session, shard.id)
+        _check_matches(result, trials)
+        if db.dialect == "postgresql":
+            # Not waiting for the WAL flush is safe here: a crash loses the whole transaction, results and
+            # `done` together, so the shard stays leased, its lease expires and it runs again.
+            session.execute(sa.text("SET LOCAL synchronous_commit = off"))
+        _update_trials(session, result, trials)
+        rows = [_result_row(r, trials[r.trial_index], job_id=shard.job_id) for r in result.results]
+        _insert_results(session, rows)
+
+        # The job's row lock serialises the curve increments of concurrent writers of one job.
+        job = locked_job(session, shard.job_id)
+        if job.model_id is None:
+            job.model_id = _model_id(session, result.model, now=now)
+            job.engine = result.engine.model_dump(mode="json")
+        _add_to_curve(session, result, trials, job_id=shard.job_id)
+        shard.status = ShardStatus.done
+        shard.finished_at = now
+        shard.lease_expires_at = None
+        session.flush()
+        settle_job(session, job, now=now)
+    return WriteOutcome(written=True, results=len(rows))
+
+
+def _discard_reason(shard: Shard | None, result: ShardResult, *, owner: str) -> str | None:
+    if shard is None:
+        return f"shard {result.shard_id} does not exist"
+    if shard.job_id != result.job_id:
+        return f"shard {shard.id} belongs to job {shard.job_id}, not job {result.job_id}"
+    if shard.status is ShardStatus.cancelled:
+        return f"shard {shard.id} was cancelled with its job"
+    if shard.status is ShardStatus.done:
+        return f"shard {shard.id} is already done"
+    if shard.status is not ShardStatus.leased or shard.lease_owner != owner:
+        holder = f" by {shard.lease_owner}" if shard.status is ShardStatus.leased else ""
+        return f"the lease on shard {shard.id} was lost: it is {shard.status}{holder}"
+    return None
+
+
+class _TrialRow(NamedTuple):
+    id: int
+    batch_size: int
+
+
+def _trials_of(session: Session, shard_id: int) -> dict[int, _TrialRow]:
+    rows = session.execute(select(Trial.index, Trial.id, Trial.batch_size).where(Trial.shard_id == shard_id))
+    return {index: _TrialRow(trial_id, batch_size) for index, trial_id, batch_size in rows}
+
+
+def _check_matches(result: ShardResult, trials: dict[int, _TrialRow]) -> None:
+    reported = [t.trial_index for t in result.trials]
+    if sorted(reported) != sorted(trials):
+        raise ValueError(
+            f"shard {result.shard_id}'s result reports trials {sorted(reported)}; "
+            f"the shard holds {sorted(trials)}"
+        )
+    done = {t.trial_index for t in result.trials if t.status is TrialStatus.done}
+    for r in result.results:
+        if r.trial_index not in done or not 1 <= r.position <= trials[r.trial_index].batch_size:
+            raise ValueError(
+                f"shard {result.shard_id}: a result for trial {r.trial_index} position {r.position}, "
+                "which is not a position of a done trial of the shard"
+            )
+
+
+def _model_id(session: Session, info: ModelInfo, *, now: datetime) -> int:
+    """The id of the model row for `info`, inserting it on first sight (first write wins)."""
+    revision = info.revision or ""
+    query = select(Model.id).where(Model.name == info.name, Model.revision == revision)
+    found = session.scalar(query)
+    if found is not None:
+        return found
+    values = info.model_dump(exclude={"sliding_window_layers"})
+    values.update(
+        revision=revision,
+        created_at=now,
+        sliding_window_layers=None
+        if info.sliding_window_layers is None
+        else list(info.sliding_window_layers),
+    )
+    dialect = session.get_bind().dialect.name
+    session.execute(
+        dialect_insert(dialect, Model)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["name", "revision"])
+    )
+    model_id = session.scalar(query)
+    assert model_id is not None
+    return model_id
+
+
+def _update_trials(session: Session, result: ShardResult, trials: dict[int, _TrialRow]) -> None:
+    session.execute(
+        update(Trial),
+        [
+            {
+                "id": trials[t.trial_index].id,
+                "status": TrialState(t.status.value),
+                "skip_reason": t.skip_reason,
+                "prompt_tokens": t.prompt_tokens,
+                "output_tokens": t.output_tokens,
+                "output_text": t.output_text,
+            }
+            for t in result.trials
+        ],
+    )
+
+
+def _result_row(r: QuestionResult, trial: _TrialRow, *, job_id: int) -> tuple[Any, ...]:
+    probs = r.option_probs
+    if probs is not None:
+        template = _PROBS_JSON.get(len(probs))
+        probs_json = template % probs if template else json.dumps(probs)
+    return (
+        trial.id,
+        job_id,
+        trial.batch_size,
+        *_RESULT_FIELDS(r),
+        r.parse_status.value,
+        None if probs is None else probs_json,
+    )
+
+
+def _insert_results(session: Session, rows: list[tuple[Any, ...]]) -> None:
+    if not rows:
+        return
+    # The driver's own bulk path on the session's connection (so inside its transaction): SQLAlchemy's
+    # per-row parameter processing would cost more than the database's work.
+    driver = session.connection().connection.driver_connection
+    assert driver is not None
+    columns = ", ".join(RESULT_COLUMNS)
+    if session.get_bind().dialect.name == "postgresql":
+        statement = f"COPY results ({columns}) FROM STDIN (FORMAT BINARY)"
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:
+            copy.set_types(list(RESULT_COLUMNS.values()))
+            for row in rows:
+                copy.write_row(row)
+    else:
+        marks = ", ".join("?" * len(RESULT_COLUMNS))
+        driver.executemany(f"INSERT INTO results ({columns}) VALUES ({marks})", rows)
+
+
+# Portable: PostgreSQL and SQLite (3.24+) share this upsert syntax. Run as executemany, one statement
+# compiled once (a multi-row VALUES would be compiled anew for each shard).
+CURVE_UPSERT = sa.text(
+    """
+    INSERT INTO curve_points
+        (job_id, batch_size, position, n, n_correct, n_parsed, gold_prob_sum, n_gold_prob)
+    VALUES (:job_id, :batch_size, :position, :n, :n_correct, :n_parsed, :gold_prob_sum, :n_gold_prob)
+    ON CONFLICT (job_id, batch_size, position) DO UPDATE SET
+        n = curve_points.n + excluded.n,
+        n_correct = curve_points.n_correct + excluded.n_correct,
+        n_parsed = curve_points.n_parsed + excluded.n_parsed,
+        gold_prob_sum = curve_points.gold_prob_sum + excluded.gold_prob_sum,
+        n_gold_prob = curve_points.n_gold_prob + excluded.n_gold_prob
+    """
+)
+
+
+def _add_to_curve(
+    session: Session, result: ShardResult, trials: dict[int, _TrialRow], *, job_id: int
+) -> None:
+    totals: dict[tuple[int, int], list[Any]] = {}
+    for r in result.results:
+        total = totals.setdefault((trials[r.trial_index].batch_size, r.position), [0, 0, 0, 0.0, 0])
+        total[0] += 1
+        total[1] += r.correct
+        total[2] += r.parse_status is ParseStatus.ok
+        if r.gold_prob is not None:
+            total[3] += r.gold_prob
+            total[4] += 1
+    if not totals:
+        return
+    session.execute(
+        CURVE_UPSERT,
+        [
+            {
+                "job_id": job_id,
+                "batch_size": batch_size,
+                "position": position,
+                "n": t[0],
+                "n_correct": t[1],
+                "n_parsed": t[2],
+                "gold_prob_sum": t[3],
+                "n_gold_prob": t[4],
+            }
+            # Sorted: concurrent writers take the rows' locks in one order.
+            for (batch_size, position), t in sorted(totals.items())
+        ],
+    )
+
+
+# --- queries ------------------------------------------------------------------------------------------
+
+
+def matching_jobs(
+    db: Database,
+    *,
+    model: str | None = None,
+    revision: str | None = None,
+    batch_size: int | None = None,
+    job_id: int | None = None,
+) -> list[int]:
+    """Ids of the jobs with results that match: of `model` (any revision unless `revision` is given), or
+    job `job_id`, and with results at `batch_size` when given."""
+    query = select(CurvePoint.job_id).join(Job, Job.id == CurvePoint.job_id).distinct()
+    query = _filter_jobs(query, model=model, revision=revision, batch_size=batch_size, job_id=job_id)
+    with db.read() as session:
+        return sorted(session.scalars(query))
+
+
+def _filter_jobs(
+    query: Any, *, model: str | None, revision: str | None, batch_size: int | None, job_id: int | None
+) -> Any:
+    if model is None and job_id is None:
+        raise ValueError("name a model or a job")
+    if model is not None:
+        query = query.where(Job.model == model)
+    if revision is not None:
+        query = query.where(Job.revision == revision)
+    if job_id is not None:
+        query = query.where(Job.id == job_id)
+    if batch_size is not None:
+        query = query.where(CurvePoint.batch_size == batch_size)
+    return query
+
+
+def curve_counts(
+    db: Database,
+    *,
+    model: str | None = None,
+    revision: str | None = None,
+    batch_size: int | None = None,
+    job_id: int | None = None,
+) -> list[PositionCount]:
+    """Counts per (batch size, position), summed over the matching jobs (see `matching_jobs`), in order.
+    Read from the `curve_points` totals, not from the results."""
+    columns = (
+        CurvePoint.n,
+        CurvePoint.n_correct,
+        CurvePoint.n_parsed,
+        CurvePoint.gold_prob_sum,
+        CurvePoint.n_gold_prob,
+    )
+    query = (
+        select(CurvePoint.batch_size, CurvePoint.position, *(func.sum(column) for column in columns))
+        .join(Job, Job.id == CurvePoint.job_id)
+        .group_by(CurvePoint.batch_size, CurvePoint.position)
+        .order_by(CurvePoint.batch_size, CurvePoint.position)
+    )
+    query = _filter_jobs(query, model=model, revision=revision, batch_size=batch_size, job_id=job_id)
+    with db.read() as session:
+        return [
+            PositionCount(
+                batch_size=row[0],
+                position=row[1],
+                n=int(row[2]),
+                n_correct=int(row[3]),
+                n_parsed=int(row[4]),
+                gold_prob_sum=float(row[5]),
+                n_gold_prob=int(row[6]),
+            )
+            for row in session.execute(query)
+        ]
+
+
+def trial_matrix(db: Database, *, job_ids: Collection[int], batch_size: int) -> CorrectnessMatrix:
+    """Per-trial correctness at `batch_size` over `job_ids` (answered trials only), for the cluster
+    bootstrap: one row per trial, one column per position."""
+    query = (
+        select(Result.trial_id, Result.position, Result.correct)
+        .where(Result.job_id.in_(sorted(set(job_ids))), Result.batch_size == batch_size)
+        .order_by(Result.trial_id, Result.position)
+    )
+    with db.read() as session:
+        rows = session.execute(query).all()
+    return CorrectnessMatrix.from_rows(rows, batch_size=batch_size)
+
+
+def token_distance_rows(
+    db: Database, *, job_ids: Collection[int], batch_size: int | None = None
+) -> list[DistanceRow]:
+    """Per result of `job_ids` (at `batch_size` when given): token distance, correctness, whether it parsed,
+    and the gold option's probability; for curves by token distance instead of position."""
+    query = select(
+        Result.batch_size,
+        Result.token_distance,
+        Result.correct,
+        Result.parse_status == ParseStatus.ok,
+        Result.gold_prob,
+    ).where(Result.job_id.in_(sorted(set(job_ids))))
+    if batch_size is not None:
+        query = query.where(Result.batch_size == batch_size)
+    with db.read() as session:
+        return [DistanceRow(*row) for row in session.execute(query)]
+
+
+def list_models(db: Database) -> list[ModelInfo]:
+    """Every model that has results, with its architecture facts, by name and revision."""
+    with db.read() as session:
+        models = session.scalars(select(Model).order_by(Model.name, Model.revision))
+        return [
+            ModelInfo(
+                name=m.name,
+                revision=m.revision or None,
+                architecture=m.architecture,
+                num_layers=m.num_layers,
+                sliding_window=m.sliding_window,
+                sliding_window_layers=None
+                if m.sliding_window_layers is None
+                else tuple(m.sliding_window_layers),
+                rope_theta=m.rope_theta,
+                context_length=m.context_length,
+                num_parameters=m.num_parameters,
+            )
+            for m in models
+        ]
+
+
+class ExportRow(NamedTuple):
+    """One result as exported (CSV, Parquet): the result with its trial's coordinates."""
+
+    job_id: int
+    trial_index: int
+    batch_size: int
+    iteration: int
+    rotation: int
+    position: int
+    question_id: str
+    subject: str
+    gold: int
+    predicted: int | None
+    correct: bool
+    parse_status: str
+    prompt_tokens: int | None
+    question_token_start: int | None
+    question_token_end: int | None
+    answer_token_index: int | None
+    token_distance: int | None
+    gold_prob: float | None
+    option_probs: list[float] | None
+
+
+EXPORT_COLUMNS: tuple[str, ...] = ExportRow._fields
+
+
+def export_results(db: Database, job_id: int) -> Iterator[ExportRow]:
+    """Every result of a job, by trial and position, streamed. `NotFoundError` (raised here, before
+    iterating) when there is no such job."""
+    with db.read() as session:
+        if session.get(Job, job_id) is None:
+            raise NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
+    return _stream_results(db, job_id)
+
+
+def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
+    query = (
+        select(
+            Result.job_id,
+            Trial.index,
+            Result.batch_size,
+            Trial.iteration,
+            Trial.rotation,
+            Result.position,
+            Result.question_id,
+            Result.subject,
+            Result.gold,
+            Result.predicted,
+            Result.correct,
+            Result.parse_status,
+            Trial.prompt_tokens,
+            Result.question_token_start,
+            Result.question_token_end,
+            Result.answer_token_index,
+            Result.token_distance,
+            Result.gold_prob,
+            Result.option_probs,
+        )
+        .join(Trial, Trial.id == Result.trial_id)
+        .where(Result.job_id == job_id)
+        .order_by(Trial.index, Result.position)
+        .execution_options(yield_per=5000)
+    )
+    with db.read() as session:
+        for row in session.execute(query):
+            yield ExportRow._make((*row[:11], ParseStatus(row[11]).value, *row[12:]))

@@ -1,0 +1,280 @@
+"""The store's tables (SQLAlchemy 2 ORM). The migrations in `migrations/versions` build exactly these; a test
+compares the two on SQLite and PostgreSQL.
+
+Portability choices, the same on both dialects so one set of migrations serves both:
+
+- integer keys are BIGINT on PostgreSQL and INTEGER on SQLite (SQLite only autoincrements `INTEGER PRIMARY
+  KEY`);
+- enums are strings with a CHECK constraint, not PostgreSQL enum types, so adding a status is a plain batch
+  migration;
+- timestamps are UTC: stored `timestamp with time zone` on PostgreSQL and naive-UTC text on SQLite, always
+  returned timezone-aware.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Double,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from schemas import ParseStatus
+
+# Named constraints: SQLite batch migrations recreate tables and can only drop constraints that have names.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on both dialects (SQLite has no time zones: it stores naive UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware (use datetime.now(UTC))")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class JobStatus(StrEnum):
+    """Where a job stands; it follows its shards."""
+
+    queued = "queued"
+    running = "running"
+    done = "done"
+    failed = "failed"
+    """Every shard finished, and at least one is dead (ran out of attempts); `posbias retry` requeues them."""
+    cancelled = "cancelled"
+
+
+class ShardStatus(StrEnum):
+    """Where a shard stands in the queue."""
+
+    queued = "queued"
+    leased = "leased"
+    done = "done"
+    dead = "dead"
+    """Failed `max_attempts` times; its last error is kept."""
+    cancelled = "cancelled"
+    """Its job was cancelled; a late result for it is discarded."""
+
+
+class TrialState(StrEnum):
+    """Where a trial stands: planned at submit, then done or skipped when its shard's result is written."""
+
+    planned = "planned"
+    done = "done"
+    skipped = "skipped"
+
+
+FINISHED_JOB_STATUSES = frozenset({JobStatus.done, JobStatus.failed, JobStatus.cancelled})
+
+
+def _enum(enum: type[StrEnum], name: str) -> Enum:
+    return Enum(
+        enum,
+        name=name,
+        native_enum=False,
+        create_constraint=True,
+        length=16,
+        values_callable=lambda members: [member.value for member in members],
+        validate_strings=True,
+    )
+
+
+class Base(DeclarativeBase):
+    """Base of every table."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UtcDateTime()}
+
+
+class Model(Base):
+    """A model's architecture facts, written at the first result of a job that ran it."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("name", "revision"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(500))
+    # '' when the job named no revision: a UNIQUE constraint treats NULLs as distinct on both dialects.
+    revision: Mapped[str] = mapped_column(String(200), default="")
+    architecture: Mapped[str | None] = mapped_column(String(200))
+    num_layers: Mapped[int | None] = mapped_column(Integer)
+    sliding_window: Mapped[int | None] = mapped_column(Integer)
+    sliding_window_layers: Mapped[list[int] | None] = mapped_column(JSON)
+    rope_theta: Mapped[float | None] = mapped_column(Double)
+    context_length: Mapped[int | None] = mapped_column(Integer)
+    num_parameters: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime]
+
+
+class Job(Base):
+    """One submitted evaluation. `spec` is the `JobSpec` verbatim; model columns are copies for queries."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index(None, "model", "revision"), Index(None, "status"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(500))
+    revision: Mapped[str | None] = mapped_column(String(200))
+    model_key: Mapped[str] = mapped_column(String(64))
+    status: Mapped[JobStatus] = mapped_column(_enum(JobStatus, "job_status"))
+    priority: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    # Engine name and version, dtype, attention backend, device: recorded from the first result written.
+    engine: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    model_id: Mapped[int | None] = mapped_column(Id, ForeignKey("models.id"))
+    trials_total: Mapped[int] = mapped_column(Integer)
+    shards_total: Mapped[int] = mapped_column(Integer)
+
+
+class Shard(Base):
+    """A unit of work in the queue: some trials of one job."""
+
+    __tablename__ = "shards"
+    __table_args__ = (
+        UniqueConstraint("job_id", "index"),
+        # The lease query: queued shards by priority, then oldest job, then shard order.
+        Index(None, "status", "priority", "job_id", "index"),
+        # Preferred model keys and the dispatcher's `pending_model_keys`.
+        Index(None, "model_key", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    status: Mapped[ShardStatus] = mapped_column(_enum(ShardStatus, "shard_status"))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    leased_at: Mapped[datetime | None]
+    lease_expires_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    trial_count: Mapped[int] = mapped_column(Integer)
+    # Copied from the job so the lease query needs no join.
+    model_key: Mapped[str] = mapped_column(String(64))
+    priority: Mapped[int] = mapped_column(Integer)
+
+
+class Trial(Base):
+    """One prompt of a job: N question ids in order. Planned at submit; its outcome written with its shard."""
+
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("job_id", "index"), Index(None, "shard_id"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    shard_id: Mapped[int] = mapped_column(Id, ForeignKey("shards.id", ondelete="CASCADE"))
+    batch_size: Mapped[int] = mapped_column(Integer)
+    iteration: Mapped[int] = mapped_column(Integer)
+    rotation: Mapped[int] = mapped_column(Integer, default=0)
+    question_ids: Mapped[list[str]] = mapped_column(JSON)
+    choice_orders: Mapped[list[list[int]] | None] = mapped_column(JSON)
+    status: Mapped[TrialState] = mapped_column(_enum(TrialState, "trial_status"))
+    skip_reason: Mapped[str | None] = mapped_column(Text)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_text: Mapped[str | None] = mapped_column(Text)
+
+
+class Question(Base):
+    """A dataset question, stored once under its stable id: a leased shard is rebuilt from the store."""
+
+    __tablename__ = "questions"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(200))
+    question: Mapped[str] = mapped_column(Text)
+    choices: Mapped[list[str]] = mapped_column(JSON)
+    answer: Mapped[int] = mapped_column(Integer)
+
+
+class Result(Base):
+    """One answer: a (trial, position) pair. The bulk of the store; written with COPY on PostgreSQL.
+
+    `job_id`, `batch_size` and `subject` are copied from the trial and question so analyses need no joins.
+    No column is a declared foreign key: PostgreSQL checks one with a trigger per inserted row, which cost
+    about a third of the ingest rate (benchmarks/README.md). The one writer, `store.write_shard_result`,
+    takes `trial_id` from the locked shard's own trials; deleting a job must delete its results explicitly.
+    """
+
+    __tablename__ = "results"
+    __table_args__ = (Index(None, "job_id", "batch_size", "position"),)
+
+    trial_id: Mapped[int] = mapped_column(Id, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    question_id: Mapped[str] = mapped_column(String(255))
+    subject: Mapped[str] = mapped_column(String(200))
+    gold: Mapped[int] = mapped_column(Integer)
+    predicted: Mapped[int | None] = mapped_column(Integer)
+    correct: Mapped[bool] = mapped_column(Boolean)
+    parse_status: Mapped[ParseStatus] = mapped_column(_enum(ParseStatus, "parse_status"))
+    question_token_start: Mapped[int | None] = mapped_column(Integer)
+    question_token_end: Mapped[int | None] = mapped_column(Integer)
+    answer_token_index: Mapped[int | None] = mapped_column(Integer)
+    token_distance: Mapped[int | None] = mapped_column(Integer)
+    gold_prob: Mapped[float | None] = mapped_column(Double)
+    option_probs: Mapped[list[float] | None] = mapped_column(JSON)
+
+
+class CurvePoint(Base):
+    """Running totals per (job, batch size, position), incremented as each shard is written.
+
+    `posbias curve` and the `position_curve` view read these instead of scanning `results`.
+    """
+
+    __tablename__ = "curve_points"
+
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+    n_correct: Mapped[int] = mapped_column(Integer)
+    n_parsed: Mapped[int] = mapped_column(Integer)
+    gold_prob_sum: Mapped[float] = mapped_column(Double)
+    n_gold_prob: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,260 @@
+"""Integration fixtures.
+
+Databases: one throwaway PostgreSQL server per session (started on first use: see
+`service/throwaway_postgres.py` for what it needs), and a fresh database per test, copied from a template that
+was migrated once, so every test starts from an empty store at the head revision. SQLite tests get a fresh
+file per test the same way.
+
+- `database_url`: a migrated, empty store; runs the test on SQLite and on PostgreSQL.
+- `empty_database_url`: a database with no tables (for migration tests); both dialects.
+- `postgres_url`: a migrated, empty PostgreSQL store only.
+- `db`: an open `Database` on `database_url`.
+- `make_job`, `answer`: submit a small job and build a worker's result for a leased shard.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas import (
+    EngineInfo,
+    EngineName,
+    JobSpec,
+    ModelInfo,
+    ParseStatus,
+    Question,
+    QuestionResult,
+    ShardResult,
+    ShardSpec,
+    TrialResult,
+    TrialStatus,
+)
+from service import database, planner, queue
+from service.database import Database
+from service.datasets import QuestionPool
+from service.throwaway_postgres import PostgresServer, running
+
+POSTGRES_TEMPLATE = "posbias_template"
+DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+# --- servers and databases ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the whole session."""
+    with running() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: PostgresServer) -> str:
+    """Name of a database on `postgres_server` migrated to head: tests copy it (CREATE DATABASE TEMPLATE)."""
+    url = postgres_server.create_database(POSTGRES_TEMPLATE)
+    database.upgrade(url)
+    return POSTGRES_TEMPLATE
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head: tests copy it."""
+    path = tmp_path_factory.mktemp("template") / "posbias.db"
+    database.upgrade(f"sqlite:///{path}")
+    return path
+
+
+def _fresh_postgres(server: PostgresServer, *, template: str | None) -> Iterator[str]:
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    url = server.create_database(name, template=template)
+    yield url
+    server.drop_database(name)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer, postgres_template: str) -> Iterator[str]:
+    """URL of a fresh PostgreSQL database migrated to head."""
+    yield from _fresh_postgres(postgres_server, template=postgres_template)
+
+
+@pytest.fixture(params=DIALECTS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """URL of a fresh store migrated to head: a test using it runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        path = tmp_path / "posbias.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+    else:
+        yield from _fresh_postgres(
+            request.getfixturevalue("postgres_server"), template=request.getfixturevalue("postgres_template")
+        )
+
+
+@pytest.fixture(params=DIALECTS)
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """URL of a database with no tables yet (the SQLite file does not exist until something creates it)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'posbias.db'}"
+    else:
+        yield from _fresh_postgres(request.getfixturevalue("postgres_server"), template=None)
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    """An open, checked store on `database_url`."""
+    with database.connect(database_url) as opened:
+        yield opened
+
+
+# --- jobs and results --------------------------------------------------------------------------------
+
+
+def question_pool(size: int = 60) -> QuestionPool:
+    """`size` four-option questions over three subjects; the gold option is `i % 4`."""
+    subjects = ("anatomy", "astronomy", "virology")
+    questions = tuple(
+        sorted(
+            (
+                Question(
+                    id=f"{subjects[i % 3]}/q{i:04d}",
+                    subject=subjects[i % 3],
+                    question=f"Question number {i}?",
+                    choices=(f"a{i}", f"b{i}", f"c{i}", f"d{i}"),
+                    answer=i % 4,
+                )
+                for i in range(size)
+            ),
+            key=lambda q: q.id,
+        )
+    )
+    return QuestionPool(questions=questions, subjects=subjects, source="test pool")
+
+
+@pytest.fixture
+def pool() -> QuestionPool:
+    """The default `question_pool`."""
+    return question_pool()
+
+
+MakeJob = Callable[..., queue.Submitted]
+
+
+@pytest.fixture
+def make_job() -> MakeJob:
+    """Submit a job of the fake engine through the real planner: `make_job(db, key=None, **spec_fields)`.
+
+    Defaults: batch sizes 2 and 3, 4 iterations, 2 trials per shard (4 shards).
+    """
+
+    def submit(
+        db: Database, *, key: str | None = None, pool_size: int = 60, **fields: Any
+    ) -> queue.Submitted:
+        values: dict[str, Any] = {
+            "model": "fake/model",
+            "batch_sizes": (2, 3),
+            "iterations": 4,
+            "shard_size": 2,
+            "engine": {"name": EngineName.fake},
+        }
+        values.update(fields)
+        spec = JobSpec.model_validate(values)
+        plan = planner.plan(spec, pool=question_pool(pool_size))
+        return queue.submit(db, spec, plan, idempotency_key=key)
+
+    return submit
+
+
+Answer = Callable[..., ShardResult]
+ENGINE = EngineInfo(name="fake", version="0", dtype="float32", attention_backend=None, device="none")
+
+
+def model_info(name: str = "fake/model", revision: str | None = None) -> ModelInfo:
+    """What a worker reports about the fake model."""
+    return ModelInfo(
+        name=name,
+        revision=revision,
+        architecture="FakeForCausalLM",
+        num_layers=4,
+        sliding_window=8,
+        sliding_window_layers=(0, 2),
+        rope_theta=10000.0,
+        context_length=4096,
+        num_parameters=1234,
+    )
+
+
+def build_result(
+    shard: ShardSpec,
+    *,
+    correct: Callable[[int, int], bool] = lambda trial, position: position % 2 == 0,
+    skip: Callable[[int], bool] = lambda trial: False,
+    unparsed: Callable[[int, int], bool] = lambda trial, position: False,
+) -> ShardResult:
+    """A worker's result for `shard`: `correct(trial index, position)` says which answers are right,
+    `skip(trial index)` which trials were skipped (prompt too long), `unparsed(...)` which answers did not
+    parse (they count as wrong). The gold probability is 0.9 for right answers and 0.1 for wrong ones."""
+    trials: list[TrialResult] = []
+    results: list[QuestionResult] = []
+    for trial in shard.trials:
+        if skip(trial.index):
+            trials.append(
+                TrialResult(
+                    trial_index=trial.index, status=TrialStatus.skipped, skip_reason="prompt too long"
+                )
+            )
+            continue
+        trials.append(
+            TrialResult(
+                trial_index=trial.index,
+                status=TrialStatus.done,
+                prompt_tokens=100 * trial.batch_size,
+                output_tokens=5 * trial.batch_size,
+                output_text="\n".join(f"{p}. 1" for p in range(1, trial.batch_size + 1)),
+            )
+        )
+        for position, qid in enumerate(trial.question_ids, start=1):
+            question = shard.questions[qid]
+            gold = question.answer
+            failed = unparsed(trial.index, position)
+            right = correct(trial.index, position) and not failed
+            predicted = None if failed else (gold if right else (gold + 1) % len(question.choices))
+            probs = tuple(0.9 if i == gold and right else 0.1 if i == gold else 0.0 for i in range(4))
+            results.append(
+                QuestionResult(
+                    trial_index=trial.index,
+                    position=position,
+                    question_id=qid,
+                    subject=question.subject,
+                    gold=gold,
+                    predicted=predicted,
+                    correct=right,
+                    parse_status=ParseStatus.unparseable if failed else ParseStatus.ok,
+                    question_token_start=100 * (position - 1),
+                    question_token_end=100 * position,
+                    answer_token_index=5 * (position - 1) + 2,
+                    token_distance=100 * (trial.batch_size - position) + 5 * (position - 1) + 2,
+                    option_probs=probs,
+                    gold_prob=probs[gold],
+                )
+            )
+    return ShardResult(
+        job_id=shard.job_id,
+        shard_id=shard.shard_id,
+        trials=tuple(trials),
+        results=tuple(results),
+        model=model_info(shard.model, shard.revision),
+        engine=ENGINE,
+        generate_seconds=0.01,
+    )
+
+
+@pytest.fixture
+def answer() -> Answer:
+    """`build_result` as a fixture (test modules cannot import conftest)."""
+    return build_result

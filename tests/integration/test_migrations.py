@@ -1,0 +1,134 @@
+"""Migrations build exactly the ORM's tables, go down and up again, and `connect` refuses a store at the wrong
+schema version with a message that says what to do."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from schemas import PosbiasError
+from service import database
+from service.tables import Base
+
+POSBIAS_TABLES = {"models", "jobs", "shards", "trials", "questions", "results", "curve_points"}
+
+
+def _tables(url: str) -> set[str]:
+    engine = database.create_db_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def _schema_differences(url: str) -> list[object]:
+    engine = database.create_db_engine(url)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            return list(compare_metadata(context, Base.metadata))
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_builds_what_the_orm_declares(empty_database_url: str) -> None:
+    database.upgrade(empty_database_url)
+
+    assert database.current(empty_database_url) == database.head()
+    assert _tables(empty_database_url) >= POSBIAS_TABLES
+    assert _schema_differences(empty_database_url) == []
+
+
+def test_down_to_base_and_up_again(empty_database_url: str) -> None:
+    database.upgrade(empty_database_url)
+    database.downgrade(empty_database_url, "base")
+
+    assert database.current(empty_database_url) is None
+    assert _tables(empty_database_url) & POSBIAS_TABLES == set()
+
+    database.upgrade(empty_database_url)
+    assert database.current(empty_database_url) == database.head()
+    assert _schema_differences(empty_database_url) == []
+    with database.connect(empty_database_url) as db, db.read() as session:
+        assert session.execute(sa.text("SELECT count(*) FROM position_curve")).scalar_one() == 0
+
+
+def test_upgrade_is_idempotent(database_url: str) -> None:
+    database.upgrade(database_url)
+    assert database.current(database_url) == database.head()
+
+
+def _one_line_error(url: str) -> str:
+    with pytest.raises(PosbiasError) as caught:
+        database.connect(url)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_connect_to_a_never_upgraded_database_says_to_upgrade(empty_database_url: str) -> None:
+    if empty_database_url.startswith("sqlite"):
+        # An existing but empty SQLite file (a missing one has its own message, below).
+        Path(empty_database_url.removeprefix("sqlite:///")).touch()
+    assert "run `posbias db upgrade`" in _one_line_error(empty_database_url)
+
+
+def test_connect_to_a_missing_sqlite_file_says_to_upgrade(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nowhere.db'}"
+    message = _one_line_error(url)
+    assert "no posbias database" in message
+    assert "posbias db upgrade" in message
+    assert not (tmp_path / "nowhere.db").exists(), "checking must not create the file"
+
+
+def test_connect_to_an_older_schema_says_to_upgrade(database_url: str) -> None:
+    # One revision back: an older posbias's store (the base, while 0001 is the only revision).
+    database.downgrade(database_url, "-1")
+    assert "run `posbias db upgrade`" in _one_line_error(database_url)
+
+
+def test_connect_to_a_newer_schema_says_to_upgrade_posbias(database_url: str) -> None:
+    with database.connect(database_url) as db, db.write() as session:
+        session.execute(sa.text("UPDATE alembic_version SET version_num = 'f00dfeed9999'"))
+    message = _one_line_error(database_url)
+    assert "newer posbias" in message
+    assert "f00dfeed9999" in message
+    assert "pip install -U posbias" in message
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("not a url", "is not a database URL"),
+        ("mysql://root@localhost/posbias", "unsupported database 'mysql'"),
+        (f"postgresql://nobody@127.0.0.1:{_closed_port()}/posbias", "cannot open the database"),
+        ("sqlite:////no/such/folder/posbias.db", "no posbias database"),
+    ],
+)
+def test_connect_to_a_bad_url_names_the_setting(url: str, expected: str) -> None:
+    message = _one_line_error(url)
+    assert expected in message
+    assert "POSBIAS_DATABASE_URL" in message
+
+
+def test_unreachable_postgres_hides_the_password() -> None:
+    message = _one_line_error(f"postgresql://me:s3cret@127.0.0.1:{_closed_port()}/posbias")
+    assert "s3cret" not in message
+    assert "postgresql+psycopg://me:***@127.0.0.1" in message
+
+
+def test_upgrade_into_a_missing_folder_names_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(PosbiasError, match=r"cannot open the database.*POSBIAS_DATABASE_URL"):
+        database.upgrade(f"sqlite:///{tmp_path / 'missing' / 'posbias.db'}")
