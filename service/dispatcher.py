@@ -1,0 +1,316 @@
+"""The dispatcher: a Ray driver that feeds shards from the SQL queue to model pools and writes the results.
+
+One loop, no threads: recover expired leases, lease shards (preferring models already loaded), send them to
+actors, wait on Ray, write each result through `service/store.py`, heartbeat what is in flight. On SIGTERM or
+Ctrl-C it stops leasing, lets in-flight shards finish (up to a grace period), releases the rest, and exits.
+Several dispatchers can share one PostgreSQL queue: leases make every shard one dispatcher's at a time, and
+the store writes a shard only while its lease is held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import ray
+
+from schemas import PosbiasError, ShardResult
+from service import queue, store
+from service.database import Database
+from service.settings import Settings
+from workers.pool import ModelPools, one_line
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InFlight:
+    """A shard sent to an actor and not yet collected."""
+
+    lease: queue.Lease
+    started: float
+
+
+@dataclass
+class Summary:
+    """What one dispatcher run did."""
+
+    owner: str
+    shards_written: int = 0
+    shards_failed: int = 0
+    shards_discarded: int = 0
+    trials_done: int = 0
+    loads: dict[str, int] = field(default_factory=dict)
+    jobs_finished: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def default_owner(settings: Settings) -> str:
+    """This dispatcher's lease owner name: unique per process even on one host."""
+    return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
+    """Connect to the Ray cluster named by `settings.ray_address` (`local` starts one in this process)."""
+    if ray.is_initialized():
+        return
+    try:
+        if settings.ray_address == "local":
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or os.cpu_count() or 1,
+                include_dashboard=False,
+                log_to_driver=settings.debug,
+                configure_logging=False,
+            )
+        else:
+            ray.init(address=settings.ray_address, log_to_driver=settings.debug, configure_logging=False)
+    except ConnectionError as exc:
+        raise PosbiasError(
+            f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc)}); start it with "
+            "`ray start --head`, or use --ray-address local"
+        ) from None
+
+
+class Dispatcher:
+    """Leases shards, runs them on Ray actors, writes their results."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        settings: Settings,
+        pools: ModelPools | None = None,
+        owner: str | None = None,
+        job_ids: Collection[int] | None = None,
+        drain_seconds: float | None = None,
+    ) -> None:
+        """`job_ids` limits the dispatcher to those jobs (`posbias run` waits on its own job only)."""
+        self.db = db
+        self.settings = settings
+        self.owner = owner or default_owner(settings)
+        self.pools = pools or ModelPools(
+            config=settings.worker_config(), actors_per_model=settings.actors_per_model
+        )
+        self.job_ids = set(job_ids) if job_ids is not None else None
+        self.drain_seconds = settings.lease_seconds if drain_seconds is None else drain_seconds
+        self._in_flight: dict[Any, InFlight] = {}
+        self._stop_requests = 0
+        self._stopping_since: float | None = None
+        self._blocked = False
+        self._touched_jobs: set[int] = set()
+
+    def request_stop(self) -> None:
+        """Stop leasing; in-flight shards finish (or, on a second request, are released now)."""
+        self._stop_requests += 1
+        if self._stopping_since is None:
+            self._stopping_since = time.monotonic()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requests > 0
+
+    def run(
+        self,
+        *,
+        until_empty: bool = False,
+        max_jobs: int | None = None,
+        on_written: Callable[[ShardResult], None] | None = None,
+    ) -> Summary:
+        """Dispatch until stopped, until there is no unfinished work (`until_empty`), or until `max_jobs`
+        jobs this dispatcher worked on have finished."""
+        summary = Summary(owner=self.owner)
+        started = time.monotonic()
+        last_recover = 0.0
+        last_heartbeat = time.monotonic()
+        with self._signals():
+            try:
+                while True:
+                    now = time.monotonic()
+                    if now - last_recover >= self.settings.poll_seconds * 5:
+                        queue.recover_expired(self.db)
+                        last_recover = now
+                    if not self.stopping:
+                        self._lease_and_submit()
+                    if self._should_exit(until_empty=until_empty, max_jobs=max_jobs, summary=summary):
+                        break
+                    if self.stopping and self._drain_expired():
+                        break
+                    self._collect(summary, timeout=self.settings.poll_seconds, on_written=on_written)
+                    if time.monotonic() - last_heartbeat >= self.settings.heartbeat_seconds:
+                        self._heartbeat()
+                        last_heartbeat = time.monotonic()
+            finally:
+                self._release_in_flight()
+                summary.interrupted = self.stopping
+                summary.loads = dict(self.pools.loads)
+                summary.seconds = time.monotonic() - started
+        return summary
+
+    def close(self) -> None:
+        """Kill the actors this dispatcher started."""
+        self.pools.shutdown()
+
+    # --- the loop's steps -----------------------------------------------------------------------------
+
+    def _lease_and_submit(self) -> None:
+        slots = self.pools.free_slots()
+        limit = sum(slots.values()) + (0 if self._blocked else 1)
+        if limit <= 0:
+            return
+        leases = queue.lease(
+            self.db,
+            owner=self.owner,
+            limit=limit,
+            lease_seconds=self.settings.lease_seconds,
+            prefer_model_keys=tuple(self.pools.loaded_keys()),
+            job_ids=self.job_ids,
+        )
+        giveback: list[int] = []
+        for lease in leases:
+            shard = lease.shard
+            key = shard.model_key
+            if key not in slots:
+                keep = queue.pending_model_keys(self.db) | self.pools.busy_keys()
+                keep.discard(key)
+                if not self.pools.ensure(shard, keep=keep):
+                    self._blocked = True
+                    giveback.append(shard.shard_id)
+                    continue
+                error = self.pools.pool_error(key)
+                if error is not None:
+                    self._fail_job(shard.job_id, error)
+                    continue
+                slots = self.pools.free_slots()
+            if slots.get(key, 0) <= 0:
+                giveback.append(shard.shard_id)
+                continue
+            ref = self.pools.submit(shard)
+            slots[key] -= 1
+            self._in_flight[ref] = InFlight(lease=lease, started=time.monotonic())
+            self._touched_jobs.add(shard.job_id)
+        if giveback:
+            queue.release(self.db, giveback, owner=self.owner)
+
+    def _collect(
+        self, summary: Summary, *, timeout: float, on_written: Callable[[ShardResult], None] | None
+    ) -> None:
+        refs = list(self._in_flight) + self.pools.load_refs()
+        if not refs:
+            time.sleep(timeout)
+            return
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in ready:
+            if ref in self._in_flight:
+                self._finish(ref, summary, on_written=on_written)
+            else:
+                self._loaded(ref)
+
+    def _loaded(self, ref: Any) -> None:
+        event = self.pools.load_finished(ref)
+        if event.report is not None:
+            log.info("loaded %s in %.1fs", event.report.model.name, event.report.seconds)
+        if event.error is not None:
+            # The model cannot load: every job waiting on it fails with the loader's error, once, and the
+            # dispatcher carries on with other models.
+            for flight in list(self._in_flight.values()):
+                if flight.lease.shard.model_key == event.model_key:
+                    self._fail_job(flight.lease.shard.job_id, event.error)
+            self.pools.release(event.model_key)
+            self._blocked = False
+
+    def _finish(
+        self, ref: Any, summary: Summary, *, on_written: Callable[[ShardResult], None] | None
+    ) -> None:
+        flight = self._in_flight.pop(ref)
+        shard = flight.lease.shard
+        try:
+            result: ShardResult = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            self.pools.done(ref, actor_failed=False)
+            self._blocked = False
+            error = self.pools.pool_error(shard.model_key)
+            if error is not None:
+                self._fail_job(shard.job_id, error)
+            else:
+                queue.fail(self.db, shard.shard_id, owner=self.owner, error=one_line(exc))
+            summary.shards_failed += 1
+            return
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            self.pools.done(ref, actor_failed=True)
+            self._blocked = False
+            queue.fail(self.db, shard.shard_id, owner=self.owner, error=f"worker died: {one_line(exc)}")
+            summary.shards_failed += 1
+            return
+        self.pools.done(ref, actor_failed=False)
+        self._blocked = False
+        outcome = store.write_shard_result(self.db, result, owner=self.owner)
+        if outcome.written:
+            summary.shards_written += 1
+            summary.trials_done += len(result.trials)
+            if on_written is not None:
+                on_written(result)
+        else:
+            summary.shards_discarded += 1
+            log.info("shard %s discarded: %s", shard.shard_id, outcome.reason)
+
+    def _fail_job(self, job_id: int, error: str) -> None:
+        queue.fail_job(self.db, job_id, error=f"model failed to load: {error}")
+
+    def _heartbeat(self) -> None:
+        ids = [flight.lease.shard.shard_id for flight in self._in_flight.values()]
+        if ids:
+            queue.heartbeat(self.db, ids, owner=self.owner, lease_seconds=self.settings.lease_seconds)
+
+    def _should_exit(self, *, until_empty: bool, max_jobs: int | None, summary: Summary) -> bool:
+        if self._in_flight:
+            return False
+        if self.stopping:
+            return True
+        if self.job_ids is not None and all(queue.job_finished(self.db, j) for j in self.job_ids):
+            return True
+        if max_jobs is not None:
+            finished = [j for j in sorted(self._touched_jobs) if queue.job_finished(self.db, j)]
+            summary.jobs_finished = finished
+            if len(finished) >= max_jobs:
+                return True
+        return until_empty and not queue.pending_model_keys(self.db, job_ids=self.job_ids)
+
+    def _drain_expired(self) -> bool:
+        assert self._stopping_since is not None
+        return self._stop_requests > 1 or time.monotonic() - self._stopping_since > self.drain_seconds
+
+    def _release_in_flight(self) -> None:
+        if self._in_flight:
+            ids = [flight.lease.shard.shard_id for flight in self._in_flight.values()]
+            queue.release(self.db, ids, owner=self.owner)
+            self._in_flight.clear()
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            log.warning("received %s: finishing in-flight shards", signal.Signals(signum).name)
+            self.request_stop()
+
+        try:
+            previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: the caller stops us with request_stop()
+            yield
+            return
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)

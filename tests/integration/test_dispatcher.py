@@ -1,0 +1,275 @@
+"""The dispatcher with a real local Ray and the fake engine: exact results through crashes and restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from service import queue
+from service.database import Database
+from service.dispatcher import Dispatcher
+from service.settings import Settings
+from service.tables import JobStatus, ShardStatus
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Any:
+    """One local Ray for the session (each start costs 5-15 s)."""
+    import ray
+
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def fast_settings(tmp_path: Path) -> Callable[..., Settings]:
+    """Settings for a dispatcher under test: short polls, heartbeats and leases."""
+
+    def build(url: str, **fields: Any) -> Settings:
+        values: dict[str, Any] = {
+            "database_url": url,
+            "cache_dir": tmp_path / "cache",
+            "poll_seconds": 0.05,
+            "heartbeat_seconds": 1.0,
+            "lease_seconds": 10.0,
+            **fields,
+        }
+        return Settings(**values)
+
+    return build
+
+
+def result_rows(db: Database, job_id: int) -> tuple[int, int]:
+    """(result rows, distinct (trial, position) pairs) of a job."""
+    with db.read() as session:
+        rows = session.execute(
+            text(
+                "SELECT count(*), count(DISTINCT trial_id * 1000 + position) FROM results WHERE job_id = :j"
+            ),
+            {"j": job_id},
+        ).one()
+    return int(rows[0]), int(rows[1])
+
+
+def expected_rows(db: Database, job_id: int) -> int:
+    """trials x N over the job: what a finished job must hold, exactly."""
+    spec = queue.get_job(db, job_id).spec
+    return sum(spec.trials_per_batch_size(n) * n for n in spec.batch_sizes)
+
+
+def dispatch(db: Database, settings: Settings, **kwargs: Any) -> Any:
+    dispatcher = Dispatcher(db, settings=settings)
+    try:
+        return dispatcher.run(until_empty=True, **kwargs)
+    finally:
+        dispatcher.close()
+
+
+def test_a_job_of_several_batch_sizes_completes_with_exact_rows(
+    db: Database, make_job: Callable[..., queue.Submitted], fast_settings: Callable[..., Settings]
+) -> None:
+    job = make_job(db, batch_sizes=(1, 3, 5), iterations=6, shard_size=2).job_id
+    summary = dispatch(db, fast_settings(db.url))
+
+    assert queue.get_job(db, job).status is JobStatus.done
+    rows, distinct = result_rows(db, job)
+    assert rows == distinct == expected_rows(db, job) == 6 * (1 + 3 + 5)
+    assert summary.trials_done == 18
+    with db.read() as session:
+        aggregated = session.execute(
+            text("SELECT sum(n) FROM curve_points WHERE job_id = :j"), {"j": job}
+        ).scalar_one()
+    assert aggregated == rows
+
+
+def test_two_jobs_of_one_model_in_a_row_load_it_once(
+    db: Database, make_job: Callable[..., queue.Submitted], fast_settings: Callable[..., Settings]
+) -> None:
+    first = make_job(db, iterations=2).job_id
+    dispatcher = Dispatcher(db, settings=fast_settings(db.url))
+    try:
+        dispatcher.run(until_empty=True)
+        second = make_job(db, iterations=3, seed=7).job_id
+        dispatcher.run(until_empty=True)
+        loads = dict(dispatcher.pools.loads)
+    finally:
+        dispatcher.close()
+    assert queue.get_job(db, first).status is JobStatus.done
+    assert queue.get_job(db, second).status is JobStatus.done
+    assert list(loads.values()) == [1]
+
+
+def test_an_actor_killed_mid_shard_is_rerun_elsewhere_without_duplicates(
+    db: Database, make_job: Callable[..., queue.Submitted], fast_settings: Callable[..., Settings]
+) -> None:
+    job = make_job(db, batch_sizes=(3,), iterations=8, shard_size=2, fake={"delay_s": 0.4}).job_id
+    key = queue.get_job(db, job).model_key
+    dispatcher = Dispatcher(db, settings=fast_settings(db.url))
+    killed: list[int] = []
+
+    def kill_one_actor() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            if key in dispatcher.pools.busy_keys():
+                pid = dispatcher.pools.actor_pids(key)[0]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one_actor)
+    killer.start()
+    try:
+        summary = dispatcher.run(until_empty=True)
+    finally:
+        killer.join()
+        dispatcher.close()
+
+    assert killed, "the test never saw a shard in flight"
+    assert summary.shards_failed >= 1
+    shards = queue.job_shards(db, job)
+    retried = [s for s in shards if s.attempts > 1]
+    assert retried and all("worker died" in (s.last_error or "") for s in retried)
+    assert queue.get_job(db, job).status is JobStatus.done
+    rows, distinct = result_rows(db, job)
+    assert rows == distinct == expected_rows(db, job)
+
+
+def test_a_model_that_fails_to_load_fails_its_job_and_others_carry_on(
+    db: Database,
+    make_job: Callable[..., queue.Submitted],
+    fast_settings: Callable[..., Settings],
+    tmp_path: Path,
+) -> None:
+    # A vLLM job whose model folder disappeared after it was submitted.
+    missing = tmp_path / "deleted-model"
+    broken = make_job(db, model=str(missing), engine={"name": "vllm"}, batch_sizes=(2,), iterations=2).job_id
+    healthy = make_job(db, iterations=2).job_id
+
+    dispatch(db, fast_settings(db.url))
+
+    failed = queue.get_job(db, broken)
+    assert failed.status is JobStatus.failed
+    assert failed.error is not None and "does not exist" in failed.error
+    assert "\n" not in failed.error
+    assert queue.get_job(db, healthy).status is JobStatus.done
+
+
+# --- dispatchers as processes, as users run them ------------------------------------------------------
+
+
+def worker_process(url: str, tmp_path: Path, *extra: str, **env: str) -> subprocess.Popen[str]:
+    environment = {
+        **os.environ,
+        "POSBIAS_DATABASE_URL": url,
+        "POSBIAS_CACHE_DIR": str(tmp_path / "cache"),
+        "POSBIAS_POLL_SECONDS": "0.05",
+        "POSBIAS_HEARTBEAT_SECONDS": "1",
+        "POSBIAS_LEASE_SECONDS": "4",
+        "RAY_ADDRESS": "",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "worker", "--ray-address", "local", "--json", *extra],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # so the test can kill the driver and the Ray it started, together
+    )
+
+
+def wait_for(condition: Callable[[], bool], *, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.1)
+
+
+def summary_of(process: subprocess.Popen[str]) -> dict[str, Any]:
+    stdout, stderr = process.communicate(timeout=180)
+    assert process.returncode == 0, stderr
+    data: dict[str, Any] = json.loads(stdout)
+    return data
+
+
+@pytest.mark.postgres
+def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
+    postgres_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
+) -> None:
+    from service import database
+
+    with database.connect(postgres_url) as db:
+        job = make_job(db, batch_sizes=(2, 4), iterations=12, shard_size=1, fake={"delay_s": 0.15}).job_id
+        shards = len(queue.job_shards(db, job))
+        workers = [worker_process(postgres_url, tmp_path, "--until-empty") for _ in range(2)]
+        summaries = [summary_of(w) for w in workers]
+
+        assert queue.get_job(db, job).status is JobStatus.done
+        written = [s["shards_written"] for s in summaries]
+        assert sum(written) == shards
+        assert all(w > 0 for w in written), f"one dispatcher did all the work: {written}"
+        rows, distinct = result_rows(db, job)
+        assert rows == distinct == expected_rows(db, job)
+
+
+def test_a_dispatcher_killed_mid_job_and_restarted_finishes_it(
+    database_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
+) -> None:
+    from service import database
+
+    with database.connect(database_url) as db:
+        job = make_job(db, batch_sizes=(3,), iterations=10, shard_size=1, fake={"delay_s": 0.3}).job_id
+        first = worker_process(database_url, tmp_path, "--until-empty")
+        wait_for(lambda: queue.job_progress(db, job).trials_done >= 2)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+        leased = queue.job_progress(db, job).shards[ShardStatus.leased]
+        assert queue.get_job(db, job).status is JobStatus.running
+
+        second = worker_process(database_url, tmp_path, "--until-empty")
+        summary_of(second)
+
+        assert queue.get_job(db, job).status is JobStatus.done
+        rows, distinct = result_rows(db, job)
+        assert rows == distinct == expected_rows(db, job)
+        if leased:  # the killed dispatcher's leases expired and went back to the queue
+            assert any(s.attempts > 1 for s in queue.job_shards(db, job))
+
+
+def test_sigterm_stops_leasing_finishes_in_flight_and_exits_cleanly(
+    database_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
+) -> None:
+    from service import database
+
+    with database.connect(database_url) as db:
+        job = make_job(db, batch_sizes=(2,), iterations=30, shard_size=1, fake={"delay_s": 0.3}).job_id
+        process = worker_process(database_url, tmp_path, "--until-empty")
+        wait_for(lambda: queue.job_progress(db, job).trials_done >= 1)
+        process.send_signal(signal.SIGTERM)
+        summary = summary_of(process)
+
+        assert summary["interrupted"] is True
+        progress = queue.job_progress(db, job)
+        assert progress.shards[ShardStatus.leased] == 0, "a stopped dispatcher must not keep leases"
+        assert 1 <= progress.trials_done < 30
+        assert progress.shards[ShardStatus.queued] == 30 - progress.trials_done
+        rows, distinct = result_rows(db, job)
+        assert rows == distinct == 2 * progress.trials_done
+        assert all(s.attempts <= 1 for s in queue.job_shards(db, job))

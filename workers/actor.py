@@ -1,0 +1,68 @@
+"""The Ray actor that holds one engine for one model and runs shards on it.
+
+The actor is a function of its shards: it never touches the database and holds no credentials. It reserves
+`num_gpus = tensor_parallel_size`; for TP > 1 vLLM's own multiprocessing executor spans those GPUs inside
+the actor (never Ray placement groups nested in a Ray actor).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from schemas import EngineInfo, ModelInfo, ShardResult, ShardSpec, WorkerConfig
+from workers.engine import Engine
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What loading a model cost and produced."""
+
+    engine: EngineInfo
+    model: ModelInfo
+    seconds: float
+    pid: int
+
+
+class ShardActor:
+    """Holds one engine; `run` answers one shard at a time.
+
+    Wrapped with `ray.remote` by `workers/pool.py`, which sets its resources. The engine is loaded by
+    `load()` (so a loader error comes back as that call's error, not as a dead actor) and again lazily
+    after Ray restarts a crashed actor process.
+    """
+
+    def __init__(self, template: ShardSpec, *, config: WorkerConfig) -> None:
+        self._template = template
+        self._config = config
+        self._engine: Engine | None = None
+        self.loads = 0
+
+    def load(self) -> LoadReport:
+        """Load the model (once); returns its metadata and how long loading took."""
+        from workers.engine import load_engine
+
+        started = time.perf_counter()
+        if self._engine is None:
+            self._engine = load_engine(self._template, config=self._config)
+            self.loads += 1
+        return LoadReport(
+            engine=self._engine.info,
+            model=self._engine.model_info,
+            seconds=time.perf_counter() - started,
+            pid=os.getpid(),
+        )
+
+    def run(self, shard: ShardSpec) -> ShardResult:
+        """Run every trial of `shard` in one engine call and return the parsed results."""
+        from workers.shard import run_shard
+
+        if self._engine is None:
+            self.load()
+        assert self._engine is not None
+        return run_shard(shard, engine=self._engine)
+
+    def pid(self) -> int:
+        """The actor's process id (tests kill it to simulate a crashed worker)."""
+        return os.getpid()
