@@ -125,6 +125,7 @@ def convert_gguf(file: Path, *, cache_dir: str | Path) -> Path:
         scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
         try:
             _convert_gguf_into(file, scratch)
+            scratch.chmod(0o755)  # mkdtemp makes it private; the cache is shared by every worker's user
             # Visible only once complete: a crash mid-conversion leaves a scratch folder, never a half model.
             scratch.rename(final)
         finally:
