@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every test tier: ruff, mypy, unit, integration (a throwaway PostgreSQL, a local Ray, vLLM on CPU), e2e.
+# Extra arguments go to pytest (e.g. scripts/test.sh -x -k queue).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh dev
+. .venv/bin/activate
+
+# The tests start their own PostgreSQL from the server binaries; install them where they are missing.
+if ! command -v pg_config >/dev/null || [ ! -x "$(pg_config --bindir)/initdb" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    else
+        echo "PostgreSQL server binaries are missing: install them (e.g. apt-get install postgresql)" >&2
+        exit 1
+    fi
+fi
+
+ruff check .
+ruff format --check .
+mypy schemas service workers
+python -m pytest tests/unit tests/integration tests/e2e "$@"
