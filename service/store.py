@@ -17,14 +17,14 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from schemas import ModelInfo, NotFoundError, ParseStatus, QuestionResult, ShardResult, TrialStatus
 from service.analysis import CorrectnessMatrix, DistanceRow, PositionCount
 from service.database import Database
 from service.queue import dialect_insert, list_jobs, locked_job, now_utc, settle_job
-from service.tables import CurvePoint, Job, Model, Result, Shard, ShardStatus, Trial, TrialState
+from service.tables import CurvePoint, Job, Model, Result, Shard, ShardStatus, Trial
 
 __all__ = [
     "EXPORT_COLUMNS",
@@ -112,7 +112,7 @@ def write_shard_result(db: Database, result: ShardResult, *, owner: str) -> Writ
         if job.model_id is None:
             job.model_id = _model_id(session, result.model, now=now)
             job.engine = result.engine.model_dump(mode="json")
-        _add_to_curve(session, result, trials, job_id=shard.job_id)
+        session.execute(CURVE_UPSERT, {"trial_ids": sorted(trial.id for trial in trials.values())})
         shard.status = ShardStatus.done
         shard.finished_at = now
         shard.lease_expires_at = None
@@ -188,13 +188,24 @@ def _model_id(session: Session, info: ModelInfo, *, now: datetime) -> int:
     return model_id
 
 
+# One statement compiled once, run as executemany (the ORM's bulk update by primary key costs more than the
+# database's work for a shard's few trials).
+TRIAL_UPDATE = sa.text(
+    """
+    UPDATE trials SET status = :status, skip_reason = :skip_reason, prompt_tokens = :prompt_tokens,
+        output_tokens = :output_tokens, output_text = :output_text
+    WHERE id = :id
+    """
+)
+
+
 def _update_trials(session: Session, result: ShardResult, trials: dict[int, _TrialRow]) -> None:
     session.execute(
-        update(Trial),
+        TRIAL_UPDATE,
         [
             {
                 "id": trials[t.trial_index].id,
-                "status": TrialState(t.status.value),
+                "status": t.status.value,
                 "skip_reason": t.skip_reason,
                 "prompt_tokens": t.prompt_tokens,
                 "output_tokens": t.output_tokens,
@@ -207,17 +218,11 @@ def _update_trials(session: Session, result: ShardResult, trials: dict[int, _Tri
 
 def _result_row(r: QuestionResult, trial: _TrialRow, *, job_id: int) -> tuple[Any, ...]:
     probs = r.option_probs
+    probs_json = None
     if probs is not None:
         template = _PROBS_JSON.get(len(probs))
         probs_json = template % probs if template else json.dumps(probs)
-    return (
-        trial.id,
-        job_id,
-        trial.batch_size,
-        *_RESULT_FIELDS(r),
-        r.parse_status.value,
-        None if probs is None else probs_json,
-    )
+    return (trial.id, job_id, trial.batch_size, *_RESULT_FIELDS(r), r.parse_status.value, probs_json)
 
 
 def _insert_results(session: Session, rows: list[tuple[Any, ...]]) -> None:
@@ -239,13 +244,22 @@ def _insert_results(session: Session, rows: list[tuple[Any, ...]]) -> None:
         driver.executemany(f"INSERT INTO results ({columns}) VALUES ({marks})", rows)
 
 
-# Portable: PostgreSQL and SQLite (3.24+) share this upsert syntax. Run as executemany, one statement
-# compiled once (a multi-row VALUES would be compiled anew for each shard).
+# The shard's just-written results, totalled per (batch size, position) by the database and added to the
+# job's running totals. Portable: PostgreSQL and SQLite (3.24+) share this upsert syntax (SQLite needs the
+# WHERE to tell the SELECT from the ON CONFLICT). Ordered, so concurrent writers lock the rows in one order.
 CURVE_UPSERT = sa.text(
     """
     INSERT INTO curve_points
         (job_id, batch_size, position, n, n_correct, n_parsed, gold_prob_sum, n_gold_prob)
-    VALUES (:job_id, :batch_size, :position, :n, :n_correct, :n_parsed, :gold_prob_sum, :n_gold_prob)
+    SELECT job_id, batch_size, position, count(*),
+        sum(CASE WHEN correct THEN 1 ELSE 0 END),
+        sum(CASE WHEN parse_status = 'ok' THEN 1 ELSE 0 END),
+        coalesce(sum(gold_prob), 0.0),
+        count(gold_prob)
+    FROM results
+    WHERE trial_id IN :trial_ids
+    GROUP BY job_id, batch_size, position
+    ORDER BY job_id, batch_size, position
     ON CONFLICT (job_id, batch_size, position) DO UPDATE SET
         n = curve_points.n + excluded.n,
         n_correct = curve_points.n_correct + excluded.n_correct,
@@ -253,40 +267,7 @@ CURVE_UPSERT = sa.text(
         gold_prob_sum = curve_points.gold_prob_sum + excluded.gold_prob_sum,
         n_gold_prob = curve_points.n_gold_prob + excluded.n_gold_prob
     """
-)
-
-
-def _add_to_curve(
-    session: Session, result: ShardResult, trials: dict[int, _TrialRow], *, job_id: int
-) -> None:
-    totals: dict[tuple[int, int], list[Any]] = {}
-    for r in result.results:
-        total = totals.setdefault((trials[r.trial_index].batch_size, r.position), [0, 0, 0, 0.0, 0])
-        total[0] += 1
-        total[1] += r.correct
-        total[2] += r.parse_status is ParseStatus.ok
-        if r.gold_prob is not None:
-            total[3] += r.gold_prob
-            total[4] += 1
-    if not totals:
-        return
-    session.execute(
-        CURVE_UPSERT,
-        [
-            {
-                "job_id": job_id,
-                "batch_size": batch_size,
-                "position": position,
-                "n": t[0],
-                "n_correct": t[1],
-                "n_parsed": t[2],
-                "gold_prob_sum": t[3],
-                "n_gold_prob": t[4],
-            }
-            # Sorted: concurrent writers take the rows' locks in one order.
-            for (batch_size, position), t in sorted(totals.items())
-        ],
-    )
+).bindparams(sa.bindparam("trial_ids", expanding=True))
 
 
 # --- queries ------------------------------------------------------------------------------------------

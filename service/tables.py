@@ -179,6 +179,8 @@ class Shard(Base):
         Index(None, "status", "priority", "job_id", "index"),
         # Preferred model keys and the dispatcher's `pending_model_keys`.
         Index(None, "model_key", "status"),
+        # A job's shards by status: is anything left to run, what is dead, what to cancel or retry.
+        Index(None, "job_id", "status"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -239,6 +241,7 @@ class Result(Base):
     No column is a declared foreign key: PostgreSQL checks one with a trigger per inserted row, which cost
     about a third of the ingest rate (benchmarks/README.md). The one writer, `store.write_shard_result`,
     takes `trial_id` from the locked shard's own trials; deleting a job must delete its results explicitly.
+    `option_probs` is a JSON array with 8 significant digits per probability.
     """
 
     __tablename__ = "results"

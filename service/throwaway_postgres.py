@@ -126,6 +126,17 @@ def _server_user() -> pwd.struct_passwd | None:
         ) from None
 
 
+def _check_reachable(folder: Path, user: pwd.struct_passwd) -> None:
+    """The server user must be able to enter every folder above its data folder."""
+    for part in (folder, *folder.parents):
+        mode = part.stat()
+        if not mode.st_mode & 0o001 and mode.st_uid != user.pw_uid:
+            raise PosbiasError(
+                f"the {user.pw_name} user cannot enter {part}, so PostgreSQL cannot use a folder under it: "
+                "point TMPDIR at a folder it can reach (e.g. TMPDIR=/tmp)"
+            )
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -154,6 +165,7 @@ def start(*, settings: Mapping[str, str] = FAST_SETTINGS, bindir: Path | None = 
     root = Path(tempfile.mkdtemp(prefix="posbias-pg-"))
     try:
         if run_as is not None:
+            _check_reachable(root.parent, run_as)
             os.chown(root, run_as.pw_uid, run_as.pw_gid)
         data = root / "data"
         _run(

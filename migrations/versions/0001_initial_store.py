@@ -152,6 +152,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("job_id", "index", name=op.f("uq_shards_job_id_index")),
     )
     op.create_index(op.f("ix_shards_model_key_status"), "shards", ["model_key", "status"])
+    op.create_index(op.f("ix_shards_job_id_status"), "shards", ["job_id", "status"])
     op.create_index(
         op.f("ix_shards_status_priority_job_id_index"), "shards", ["status", "priority", "job_id", "index"]
     )

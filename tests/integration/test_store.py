@@ -263,7 +263,8 @@ def test_export_streams_every_result_in_trial_order(db: Database, make_job: Make
     assert first._fields == store.EXPORT_COLUMNS
     assert (first.job_id, first.batch_size, first.iteration, first.parse_status) == (job_id, 2, 0, "ok")
     assert first.prompt_tokens == 200
-    assert first.option_probs is not None and len(first.option_probs) == 4
+    assert first.option_probs is not None
+    assert first.option_probs == pytest.approx([0.1 if i == first.gold else 0.0 for i in range(4)])
     assert first.predicted is not None and first.correct is False and first.predicted != first.gold
     with pytest.raises(NotFoundError):
         store.export_results(db, job_id + 1)
