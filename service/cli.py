@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -29,6 +28,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from schemas import (
     AnswerMode,
@@ -114,16 +114,16 @@ def main() -> NoReturn:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RotationCostWarning)  # shown by submit itself
             code = command.main(standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         code = exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("aborted")
         code = 130
-    except click.ClickException as exc:
-        err.print(f"error: {exc.format_message()}")
-        if isinstance(exc, click.UsageError) and exc.ctx is not None:
-            err.print(f"try `{exc.ctx.command_path} --help`")
-        code = exc.exit_code
+    except TyperException as exc:  # click's usage errors (typer vendors click)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        err.print(f"error: {exc.format_message()}{hint}")  # type: ignore[attr-defined]
+        code = int(getattr(exc, "exit_code", 2))
     except PosbiasError as exc:
         if debug:
             traceback.print_exc()
@@ -978,7 +978,7 @@ def db_upgrade(
 ) -> None:
     """Apply migrations (creates the store if it does not exist).
 
-    Example: POSBIAS_DATABASE_URL=postgresql+psycopg://posbias@db/posbias posbias db upgrade
+    Example: posbias db upgrade   (the store is POSBIAS_DATABASE_URL, default sqlite:///posbias.db)
     """
     url = _settings(ctx).database_url
     database.upgrade(url, revision)

@@ -1,4 +1,4 @@
-"""Fixtures for unit tests: the local MMLU copy and small synthetic question pools."""
+"""Fixtures for unit tests: MMLU as a pool (the copy itself: tests/conftest.py) and synthetic pools."""
 
 from __future__ import annotations
 
@@ -9,21 +9,6 @@ import pytest
 
 from schemas import DatasetSpec, Question
 from service.datasets import QuestionPool, load_questions, question_id
-from service.settings import Settings
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def mmlu_dir() -> Path:
-    """The local MMLU copy: POSBIAS_MMLU_DIR when set, else ../shared/data/mmlu next to the repository."""
-    folder = Settings().mmlu_dir or REPO_ROOT.parent / "shared" / "data" / "mmlu"
-    if not (folder / "mmlu_test.jsonl").is_file() or not (folder / "csv" / "test").is_dir():
-        pytest.fail(
-            f"no MMLU copy at {folder} (needs mmlu_test.jsonl and csv/test/); set POSBIAS_MMLU_DIR to one",
-            pytrace=False,
-        )
-    return folder
 
 
 @pytest.fixture(scope="session")
