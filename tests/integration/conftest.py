@@ -1,6 +1,6 @@
 """Integration fixtures.
 
-Databases: one throwaway PostgreSQL server per session (started on first use: see
+Databases: one throwaway PostgreSQL server per session (`postgres_server` in tests/conftest.py; see
 `service/throwaway_postgres.py` for what it needs), and a fresh database per test, copied from a template that
 was migrated once, so every test starts from an empty store at the head revision. SQLite tests get a fresh
 file per test the same way.
@@ -10,6 +10,8 @@ file per test the same way.
 - `postgres_url`: a migrated, empty PostgreSQL store only.
 - `db`: an open `Database` on `database_url`.
 - `make_job`, `answer`: submit a small job and build a worker's result for a leased shard.
+- `ray_session`: one local Ray for the session; `fast_settings(url)`: dispatcher settings with short
+  polls, heartbeats and leases.
 """
 
 from __future__ import annotations
@@ -38,20 +40,14 @@ from schemas import (
 from service import database, planner, queue
 from service.database import Database
 from service.datasets import QuestionPool
-from service.throwaway_postgres import PostgresServer, running
+from service.settings import Settings
+from service.throwaway_postgres import PostgresServer
 
 POSTGRES_TEMPLATE = "posbias_template"
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 # --- servers and databases ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL server for the whole session."""
-    with running() as server:
-        yield server
 
 
 @pytest.fixture(scope="session")
@@ -258,3 +254,36 @@ def build_result(
 def answer() -> Answer:
     """`build_result` as a fixture (test modules cannot import conftest)."""
     return build_result
+
+
+# --- Ray and dispatchers -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Any:
+    """One local Ray for the session (each start costs 5-15 s)."""
+    import ray
+
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def fast_settings(tmp_path: Path) -> Callable[..., Settings]:
+    """Settings for a dispatcher under test: short polls, heartbeats and leases."""
+
+    def build(url: str, **fields: Any) -> Settings:
+        values: dict[str, Any] = {
+            "database_url": url,
+            "cache_dir": tmp_path / "cache",
+            "poll_seconds": 0.05,
+            "heartbeat_seconds": 1.0,
+            "lease_seconds": 10.0,
+            **fields,
+        }
+        return Settings(**values)
+
+    return build

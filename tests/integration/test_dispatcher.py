@@ -25,36 +25,6 @@ from service.tables import JobStatus, ShardStatus
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 
-@pytest.fixture(scope="session")
-def ray_session() -> Any:
-    """One local Ray for the session (each start costs 5-15 s)."""
-    import ray
-
-    ray.init(
-        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
-    )
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture
-def fast_settings(tmp_path: Path) -> Callable[..., Settings]:
-    """Settings for a dispatcher under test: short polls, heartbeats and leases."""
-
-    def build(url: str, **fields: Any) -> Settings:
-        values: dict[str, Any] = {
-            "database_url": url,
-            "cache_dir": tmp_path / "cache",
-            "poll_seconds": 0.05,
-            "heartbeat_seconds": 1.0,
-            "lease_seconds": 10.0,
-            **fields,
-        }
-        return Settings(**values)
-
-    return build
-
-
 def result_rows(db: Database, job_id: int) -> tuple[int, int]:
     """(result rows, distinct (trial, position) pairs) of a job."""
     with db.read() as session:
