@@ -16,6 +16,7 @@ from deploy_support import DEPLOY
 
 COMPOSE_FILE = DEPLOY / "compose.yaml"
 PASSWORD = "s3cret-for-the-test"
+RAY_TOKEN = "ray-token-for-the-test"
 
 
 def _compose_binary() -> list[str]:
@@ -34,13 +35,15 @@ def _compose_binary() -> list[str]:
 
 
 def _config(
-    path: Path, tmp_path: Path, *, password: str | None = PASSWORD
+    path: Path, tmp_path: Path, *, password: str | None = PASSWORD, ray_token: str | None = RAY_TOKEN
 ) -> subprocess.CompletedProcess[str]:
     env_file = tmp_path / "empty.env"  # so that a developer's deploy/.env cannot make the test pass
     env_file.write_text("")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     if password is not None:
         env["POSBIAS_DB_PASSWORD"] = password
+    if ray_token is not None:
+        env["POSBIAS_RAY_TOKEN"] = ray_token
     return subprocess.run(
         [*_compose_binary(), "--env-file", str(env_file), "-f", str(path), "config", "--format", "json"],
         capture_output=True,
@@ -71,11 +74,22 @@ def test_docker_compose_rejects_a_misspelled_key(tmp_path: Path) -> None:
     assert "helthcheck" in done.stderr
 
 
-def test_the_database_password_must_come_from_the_environment(tmp_path: Path) -> None:
-    done = _config(COMPOSE_FILE, tmp_path, password=None)
+@pytest.mark.parametrize("missing", ["POSBIAS_DB_PASSWORD", "POSBIAS_RAY_TOKEN"])
+def test_secrets_must_come_from_the_environment(tmp_path: Path, missing: str) -> None:
+    if missing == "POSBIAS_DB_PASSWORD":
+        done = _config(COMPOSE_FILE, tmp_path, password=None)
+    else:
+        done = _config(COMPOSE_FILE, tmp_path, ray_token=None)
     assert done.returncode != 0
-    assert "POSBIAS_DB_PASSWORD" in done.stderr
-    assert PASSWORD not in COMPOSE_FILE.read_text()
+    assert missing in done.stderr
+
+
+def test_ray_head_and_dispatcher_share_a_ray_token(rendered: dict[str, Any]) -> None:
+    """Ray 2.60 token authentication: the head refuses Ray Client connections without the token."""
+    for name in ("ray-head", "worker"):
+        environment = rendered["services"][name]["environment"]
+        assert environment["RAY_AUTH_MODE"] == "token", name
+        assert environment["RAY_AUTH_TOKEN"] == RAY_TOKEN, name
 
 
 def test_ray_head_reserves_the_gpus_and_holds_no_credentials(rendered: dict[str, Any]) -> None:

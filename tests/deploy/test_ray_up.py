@@ -76,6 +76,16 @@ def test_every_node_installs_posbias_gpu_with_the_clusters_ray() -> None:
     assert "boto3" in " ".join(config["head_setup_commands"]), "the autoscaler on the head talks to EC2"
 
 
+def test_every_node_uses_ray_token_authentication() -> None:
+    """Set explicitly on every node: left unset, Ray 2.60 decides per node from whether a token file exists,
+    and nodes that disagree cannot join."""
+    config = _prepared(_config())
+    for commands in (config["head_start_ray_commands"], config["worker_start_ray_commands"]):
+        start = next(command for command in commands if "ray start" in command)
+        assert "export RAY_AUTH_MODE=token;" in start
+    assert config["file_mounts"]["/home/ubuntu/.ray/auth_token"] == "~/.ray/auth_token"
+
+
 def test_holds_no_credentials() -> None:
     text = PATH.read_text()
     assert "POSBIAS_DATABASE_URL=" not in text
