@@ -1,0 +1,100 @@
+"""The embedded default for real: the demo model (SmolLM2-135M-Instruct) through the CLI, a local Ray and the
+vLLM CPU build, into SQLite, as the README's first command does."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    """SQLite only: the embedded default (PostgreSQL is covered by the fake-engine session)."""
+    return f"sqlite:///{tmp_path / 'posbias.db'}"
+
+
+def test_demo_model_end_to_end_through_ray_and_vllm(
+    posbias: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    cache = {"POSBIAS_CACHE_DIR": str(tmp_path_factory.mktemp("model-cache"))}
+    posbias("db", "upgrade")
+    dry = posbias(
+        "submit",
+        "--model",
+        "demo",
+        "--batch-sizes",
+        "10",
+        "--iterations",
+        "2",
+        "--dry-run",
+        "--json",
+        **cache,
+    ).json()
+    assert dry["tokenizer"] == "the model's tokenizer" and dry["batch_sizes"][0]["mean_prompt_tokens"] > 300
+
+    first = posbias(
+        "submit",
+        "--model",
+        "demo",
+        "--batch-sizes",
+        "1,10",
+        "--iterations",
+        "2",
+        "--answer-mode",
+        "constrained",
+        "--json",
+        **cache,
+    ).json()
+    second = posbias(
+        "submit",
+        "--model",
+        "demo",
+        "--batch-sizes",
+        "5",
+        "--iterations",
+        "1",
+        "--answer-mode",
+        "constrained",
+        "--seed",
+        "1",
+        "--json",
+        **cache,
+    ).json()
+    worker = posbias("worker", "--until-empty", "--json", **cache).json()
+
+    assert worker["shards_failed"] == 0 and worker["trials_done"] == 2 + 2 + 1
+    assert list(worker["model_loads"].values()) == [1], "two jobs of one model in a row load it once"
+    for job in (first["job_id"], second["job_id"]):
+        status = posbias("status", str(job), "--json", **cache).json()
+        assert status["status"] == "done"
+        assert status["engine"]["name"] == "vllm" and status["engine"]["dtype"] == "float32"
+        assert status["engine"]["device"] == "cpu" and status["engine"]["attention_backend"]
+
+    curve = posbias("curve", "--job", str(first["job_id"]), "--batch-size", "10", "--format", "json").json()[
+        0
+    ]
+    assert [p["position"] for p in curve["points"]] == list(range(1, 11))
+    assert all(p["n"] == 2 and p["parse_rate"] == 1.0 for p in curve["points"]), (
+        "constrained: every answer parses"
+    )
+    assert all(0.0 < p["mean_gold_prob"] <= 1.0 for p in curve["points"])
+
+    posbias("export", str(first["job_id"]), "--out", "demo.csv")
+    rows = list(csv.DictReader((tmp_path / "demo.csv").read_text().splitlines()))
+    assert len(rows) == 2 * 1 + 2 * 10
+    for row in rows:
+        start, end = int(row["question_token_start"]), int(row["question_token_end"])
+        assert 0 <= start < end <= int(row["prompt_tokens"])
+        assert int(row["token_distance"]) == int(row["prompt_tokens"]) - end + int(row["answer_token_index"])
+        assert sum(json.loads(row["option_probs"])) == pytest.approx(1.0, abs=1e-3)
+
+    (model,) = posbias("models", "--json").json()
+    assert model["name"] == "demo" and model["architecture"] == "LlamaForCausalLM"
+    assert model["num_layers"] == 30 and model["rope_theta"] == 100000.0 and model["sliding_window"] is None
+    assert model["num_parameters"] > 100_000_000
