@@ -7,11 +7,13 @@ line on stderr with exit code 1 (2 for bad usage), and prints JSON with `--json`
 from __future__ import annotations
 
 import csv
+import functools
+import inspect
 import json
 import sys
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -90,15 +92,21 @@ def _version() -> str:
     return version("posbias")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(_version())
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and engine logs.")] = False,
-    show_version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version),
+    ] = False,
 ) -> None:
-    if show_version:
-        out.print(_version())
-        raise typer.Exit()
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -122,7 +130,7 @@ def main() -> NoReturn:
     except TyperException as exc:  # click's usage errors (typer vendors click)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        err.print(f"error: {exc.format_message()}{hint}")  # type: ignore[attr-defined]
+        err.print(f"error: {exc.format_message()}{hint}")
         code = int(getattr(exc, "exit_code", 2))
     except PosbiasError as exc:
         if debug:
@@ -263,34 +271,61 @@ def _build_spec(
     return spec
 
 
+SPEC_FLAGS: dict[str, Any] = {
+    "spec_file": SpecFile,
+    "model": ModelOpt,
+    "revision": RevisionOpt,
+    "tokenizer": TokenizerOpt,
+    "batch_sizes": BatchSizesOpt,
+    "iterations": IterationsOpt,
+    "seed": SeedOpt,
+    "design": DesignOpt,
+    "answer_mode": AnswerModeOpt,
+    "tensor_parallel_size": TpOpt,
+    "subjects": SubjectsOpt,
+    "split": SplitOpt,
+    "dataset": DatasetOpt,
+    "shuffle_choices": ShuffleOpt,
+    "chat_template": ChatOpt,
+    "max_model_len": MaxLenOpt,
+    "dtype": DtypeOpt,
+    "priority": PriorityOpt,
+    "engine": EngineOpt,
+    "fake_first": FakeFirstOpt,
+    "fake_last": FakeLastOpt,
+    "fake_malformed": FakeMalformedOpt,
+}
+"""Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
+
+
+def takes_spec(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command every flag of `SPEC_FLAGS` in place of its `spec` parameter; it receives the
+    validated `JobSpec` (a spec file, overridden by the flags)."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    spec_at = [p.name for p in own].index("spec")
+    flags = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=annotation)
+        for name, annotation in SPEC_FLAGS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        values = {name: kwargs.pop(name) for name in SPEC_FLAGS}
+        command(spec=_build_spec(values.pop("spec_file"), **values), **kwargs)
+
+    setattr(wrapper, "__signature__", inspect.Signature([*own[:spec_at], *flags, *own[spec_at + 1 :]]))  # noqa: B010
+    del wrapper.__wrapped__  # typer must see the new signature, not the original's
+    return wrapper
+
+
 # --- submit / run -------------------------------------------------------------------------------------
 
 
 @app.command()
+@takes_spec
 def submit(
     ctx: typer.Context,
-    spec_file: SpecFile = None,
-    model: ModelOpt = None,
-    revision: RevisionOpt = None,
-    tokenizer: TokenizerOpt = None,
-    batch_sizes: BatchSizesOpt = None,
-    iterations: IterationsOpt = None,
-    seed: SeedOpt = None,
-    design: DesignOpt = None,
-    answer_mode: AnswerModeOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    subjects: SubjectsOpt = None,
-    split: SplitOpt = None,
-    dataset: DatasetOpt = None,
-    shuffle_choices: ShuffleOpt = None,
-    chat_template: ChatOpt = None,
-    max_model_len: MaxLenOpt = None,
-    dtype: DtypeOpt = None,
-    priority: PriorityOpt = None,
-    engine: EngineOpt = None,
-    fake_first: FakeFirstOpt = None,
-    fake_last: FakeLastOpt = None,
-    fake_malformed: FakeMalformedOpt = None,
+    spec: JobSpec,
     idempotency_key: KeyOpt = None,
     dry_run: Annotated[
         bool, typer.Option(help="Print trials, shards and prompt tokens; enqueue nothing.")
@@ -304,30 +339,6 @@ def submit(
     from service import submission
 
     settings = _settings(ctx)
-    spec = _build_spec(
-        spec_file,
-        model=model,
-        revision=revision,
-        tokenizer=tokenizer,
-        batch_sizes=batch_sizes,
-        iterations=iterations,
-        seed=seed,
-        design=design,
-        answer_mode=answer_mode,
-        tensor_parallel_size=tensor_parallel_size,
-        subjects=subjects,
-        split=split,
-        dataset=dataset,
-        shuffle_choices=shuffle_choices,
-        chat_template=chat_template,
-        max_model_len=max_model_len,
-        dtype=dtype,
-        priority=priority,
-        engine=engine,
-        fake_first=fake_first,
-        fake_last=fake_last,
-        fake_malformed=fake_malformed,
-    )
     if dry_run:
         prepared = submission.prepare(spec, settings=settings)
         _print_dry_run(submission.dry_run(prepared, settings=settings), spec=spec, as_json=as_json)
@@ -379,30 +390,10 @@ def _print_dry_run(dry: Any, *, spec: JobSpec, as_json: bool) -> None:
 
 
 @app.command()
+@takes_spec
 def run(
     ctx: typer.Context,
-    spec_file: SpecFile = None,
-    model: ModelOpt = None,
-    revision: RevisionOpt = None,
-    tokenizer: TokenizerOpt = None,
-    batch_sizes: BatchSizesOpt = None,
-    iterations: IterationsOpt = None,
-    seed: SeedOpt = None,
-    design: DesignOpt = None,
-    answer_mode: AnswerModeOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    subjects: SubjectsOpt = None,
-    split: SplitOpt = None,
-    dataset: DatasetOpt = None,
-    shuffle_choices: ShuffleOpt = None,
-    chat_template: ChatOpt = None,
-    max_model_len: MaxLenOpt = None,
-    dtype: DtypeOpt = None,
-    priority: PriorityOpt = None,
-    engine: EngineOpt = None,
-    fake_first: FakeFirstOpt = None,
-    fake_last: FakeLastOpt = None,
-    fake_malformed: FakeMalformedOpt = None,
+    spec: JobSpec,
     idempotency_key: KeyOpt = None,
     plot: Annotated[Path | None, typer.Option(help="Also write the curve as a PNG here.")] = None,
     as_json: JsonOpt = False,
@@ -414,30 +405,6 @@ def run(
     from service import submission
 
     settings = _settings(ctx)
-    spec = _build_spec(
-        spec_file,
-        model=model,
-        revision=revision,
-        tokenizer=tokenizer,
-        batch_sizes=batch_sizes,
-        iterations=iterations,
-        seed=seed,
-        design=design,
-        answer_mode=answer_mode,
-        tensor_parallel_size=tensor_parallel_size,
-        subjects=subjects,
-        split=split,
-        dataset=dataset,
-        shuffle_choices=shuffle_choices,
-        chat_template=chat_template,
-        max_model_len=max_model_len,
-        dtype=dtype,
-        priority=priority,
-        engine=engine,
-        fake_first=fake_first,
-        fake_last=fake_last,
-        fake_malformed=fake_malformed,
-    )
     with _database(ctx) as db:
         prepared = submission.prepare(spec, settings=settings)
         submitted = submission.submit(db, prepared, idempotency_key=idempotency_key)
