@@ -37,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from schemas import ParseStatus
+from schemas.schedule import Verdict
 
 # Named constraints: SQLite batch migrations recreate tables and can only drop constraints that have names.
 NAMING_CONVENTION = {
@@ -281,3 +282,106 @@ class CurvePoint(Base):
     n_parsed: Mapped[int] = mapped_column(Integer)
     gold_prob_sum: Mapped[float] = mapped_column(Double)
     n_gold_prob: Mapped[int] = mapped_column(Integer)
+
+
+# --- regression schedules ------------------------------------------------------------------------------
+
+
+class ScheduleSource(StrEnum):
+    """Where a schedule finds new checkpoints."""
+
+    folder = "folder"
+    """Subfolders of a local (or mounted) folder, each one checkpoint."""
+    hub = "hub"
+    """Revisions of a Hugging Face repository."""
+
+
+class HubRevisions(StrEnum):
+    """Which revisions of a hub repository count as checkpoints."""
+
+    commits = "commits"
+    """Each new commit on one branch (from the branch's head when the schedule first looks)."""
+    branches = "branches"
+    """Each branch or tag other than that branch (e.g. `step1000`), at the commit it names when found."""
+
+
+class BaselineKind(StrEnum):
+    """What a checkpoint is compared with."""
+
+    first = "first"
+    """The schedule's first checkpoint (in step order) that did not end in error."""
+    previous = "previous"
+    """The nearest earlier checkpoint that did not end in error."""
+    job = "job"
+    """One fixed job (`schedules.baseline_job_id`)."""
+
+
+class Announcement(StrEnum):
+    """Where posting a checkpoint's verdict to the webhook stands."""
+
+    due = "due"
+    sending = "sending"
+    """Claimed by one tick, so that a concurrent tick does not post it too."""
+    sent = "sent"
+    failed = "failed"
+    """Every attempt failed; the last error is kept."""
+
+
+class Schedule(Base):
+    """A regression schedule: where checkpoints appear, the job each gets, and how it is judged.
+
+    `template` is the job spec without `model`/`revision` (the checkpoint fills them in); `rule` is a
+    `schemas.schedule.RegressionRule`.
+    """
+
+    __tablename__ = "schedules"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    source_kind: Mapped[ScheduleSource] = mapped_column(_enum(ScheduleSource, "schedule_source"))
+    source: Mapped[str] = mapped_column(String(1000))
+    """An absolute folder path, or a hub repository id."""
+    hub_branch: Mapped[str | None] = mapped_column(String(200))
+    hub_revisions: Mapped[HubRevisions | None] = mapped_column(_enum(HubRevisions, "hub_revisions"))
+    template: Mapped[dict[str, Any]] = mapped_column(JSON)
+    baseline: Mapped[BaselineKind] = mapped_column(_enum(BaselineKind, "baseline_kind"))
+    baseline_job_id: Mapped[int | None] = mapped_column(Id, ForeignKey("jobs.id"))
+    rule: Mapped[dict[str, Any]] = mapped_column(JSON)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime]
+    last_tick_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    """What stopped the last tick from looking for checkpoints (hub unreachable, folder gone); None if
+    nothing."""
+
+
+class Checkpoint(Base):
+    """One checkpoint of a schedule, found once: its job and its verdict.
+
+    Unique per (schedule, name), so two ticks racing to record the same checkpoint write one row; its job
+    is submitted with an idempotency key, so they also get one job.
+    """
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("schedule_id", "name"), Index(None, "verdict"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    schedule_id: Mapped[int] = mapped_column(Id, ForeignKey("schedules.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    """Sort key: a folder's or branch's trailing number, a commit's place in its branch's history."""
+    model: Mapped[str] = mapped_column(String(1000))
+    """What the job's `model` is: the checkpoint folder, or the hub repository id."""
+    revision: Mapped[str | None] = mapped_column(String(200))
+    discovered_at: Mapped[datetime]
+    job_id: Mapped[int | None] = mapped_column(Id, ForeignKey("jobs.id", ondelete="SET NULL"))
+    verdict: Mapped[Verdict] = mapped_column(_enum(Verdict, "checkpoint_verdict"))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """A `schemas.schedule.VerdictDetail`: the reason and the numbers behind the verdict."""
+    evaluated_at: Mapped[datetime | None]
+    baseline_job_id: Mapped[int | None] = mapped_column(Id, ForeignKey("jobs.id", ondelete="SET NULL"))
+    announcement: Mapped[Announcement | None] = mapped_column(_enum(Announcement, "announcement"))
+    """None when there is nothing to post (no webhook configured when the verdict was reached)."""
+    announce_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    announce_error: Mapped[str | None] = mapped_column(Text)
+    announced_at: Mapped[datetime | None]
