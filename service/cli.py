@@ -47,6 +47,7 @@ from schemas import (
 from schemas.job import describe_validation_error
 from service import database, queue, report, store
 from service.database import Database
+from service.schedule_cli import schedule_app
 from service.settings import Settings
 
 out = Console(highlight=False, soft_wrap=True)
@@ -63,6 +64,7 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Create, upgrade or inspect the store's schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(schedule_app, name="schedule")
 
 
 class BadUsage(PosbiasError):

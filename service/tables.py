@@ -321,7 +321,8 @@ class Announcement(StrEnum):
 
     due = "due"
     sending = "sending"
-    """Claimed by one tick, so that a concurrent tick does not post it too."""
+    """Claimed by one tick, so that a concurrent tick does not post it too (a tick killed mid-post leaves
+    it here: a verdict is posted at most once)."""
     sent = "sent"
     failed = "failed"
     """Every attempt failed; the last error is kept."""

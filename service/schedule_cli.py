@@ -1,0 +1,478 @@
+"""`posbias schedule ...`: regression runs for new checkpoints (see `service/scheduler.py`).
+
+A typer sub-app mounted by `service/cli.py`. It reads the same `Settings` (the parent's context object) and
+leaves errors to `service.cli.main`: `PosbiasError` is one line and exit 1, a usage error exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from schemas import Interval, PosbiasError
+from schemas.schedule import PositionDrop, RegressionRule
+from service import database, scheduler
+from service.database import Database
+from service.settings import Settings
+from service.tables import HubRevisions
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+schedule_app = typer.Typer(
+    help="Regression runs: evaluate each new checkpoint of a model and judge it against a baseline.",
+    no_args_is_help=True,
+)
+
+NameArg = Annotated[str, typer.Argument(help="Schedule name.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+@contextmanager
+def _database(ctx: typer.Context) -> Iterator[Database]:
+    settings: Settings = ctx.obj
+    db = database.connect(settings.database_url)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def _print_json(data: Any) -> None:
+    out.print_json(json.dumps(data, default=str))
+
+
+def _rule(
+    ctx: typer.Context, *, max_drop: float | None, max_ratio_drop: float | None, confidence: float
+) -> RegressionRule:
+    from pydantic import ValidationError
+
+    try:
+        return RegressionRule(max_drop=max_drop, max_ratio_drop=max_ratio_drop, confidence=confidence)
+    except ValidationError as exc:
+        # A usage error (exit 2): the flags must change. Name the flag, not the field.
+        first = exc.errors()[0]
+        flag = "--" + "-".join(str(part) for part in first["loc"]).replace("_", "-")
+        message = str(first["msg"]).removeprefix("Value error, ")
+        ctx.fail(message if flag == "--" else f"bad regression rule: {flag}: {message}")
+
+
+# --- add / list / show / remove / pause / resume --------------------------------------------------------
+
+
+@schedule_app.command("add")
+def add(
+    ctx: typer.Context,
+    name: NameArg,
+    spec: Annotated[
+        str,
+        typer.Option(
+            help="Job spec template: a YAML/JSON file, or inline JSON. Each checkpoint fills in `model` "
+            "(and `revision`).",
+            show_default=False,
+        ),
+    ],
+    folder: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder whose subfolders are checkpoints (e.g. checkpoint-1000/).", show_default=False
+        ),
+    ] = None,
+    hub: Annotated[
+        str | None, typer.Option(help="Hugging Face repository id whose new revisions are checkpoints.")
+    ] = None,
+    branch: Annotated[str, typer.Option(help="Hub branch to follow.")] = "main",
+    revisions: Annotated[
+        HubRevisions,
+        typer.Option(help="Hub: `commits` (new commits on --branch) or `branches` (each branch or tag)."),
+    ] = HubRevisions.commits,
+    baseline: Annotated[
+        str,
+        typer.Option(
+            help="Compare with: `first` (the first checkpoint's job), `previous` (the previous "
+            "checkpoint's job) or a job id."
+        ),
+    ] = "first",
+    max_drop: Annotated[
+        float | None,
+        typer.Option(help="Regression: accuracy at some position drops by more than this many points."),
+    ] = None,
+    max_ratio_drop: Annotated[
+        float | None,
+        typer.Option(
+            help="Regression: the last/first accuracy ratio moves further from 1 by more than this."
+        ),
+    ] = None,
+    confidence: Annotated[float, typer.Option(help="Confidence of the intervals the rule uses.")] = 0.95,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a schedule: where checkpoints appear, the job each gets, its baseline and regression rule.
+
+    A checkpoint folder counts once it holds config.json and all its weights. With the fake engine, a
+    checkpoint folder's posbias-fake.json (`fake` block and `seed`) overrides the template's: a test hook.
+
+    Example: posbias schedule add nightly --folder runs/ckpts --spec spec.yaml --baseline first --max-drop 5
+    """
+    if (folder is None) == (hub is None):
+        ctx.fail("give one checkpoint source: --folder DIR or --hub OWNER/NAME")
+    rule = _rule(ctx, max_drop=max_drop, max_ratio_drop=max_ratio_drop, confidence=confidence)
+    try:
+        template = scheduler.load_template(spec)
+        scheduler.template_spec(template)
+        scheduler.parse_baseline(baseline)
+    except PosbiasError as exc:
+        ctx.fail(str(exc))
+    source: scheduler.Source = (
+        scheduler.FolderSource(path=folder)
+        if folder is not None
+        else scheduler.HubSource(repo=str(hub), branch=branch, revisions=revisions)
+    )
+    with _database(ctx) as db:
+        record = scheduler.add_schedule(
+            db, name, source=source, template=template, baseline=baseline, rule=rule, settings=ctx.obj
+        )
+    if as_json:
+        _print_json(_schedule_json(record))
+        return
+    out.print(f"added schedule {record.name}: {record.source_text}, baseline {record.baseline_text}")
+    out.print(f"rule: {record.rule.describe()}")
+    out.print(f"run `posbias schedule tick {record.name}` from cron, and `posbias worker` to run its jobs")
+
+
+@schedule_app.command("list")
+def list_(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List schedules with their source, baseline, rule and state.
+
+    Example: posbias schedule list --json
+    """
+    with _database(ctx) as db:
+        records = scheduler.list_schedules(db)
+        counts = {r.name: len(scheduler.list_checkpoints(db, r.name)) for r in records}
+    if as_json:
+        _print_json([{**_schedule_json(r), "checkpoints": counts[r.name]} for r in records])
+        return
+    if not records:
+        out.print("no schedules yet: `posbias schedule add --help`")
+        return
+    table = Table(title="schedules")
+    for column in ("name", "source", "baseline", "rule", "state", "checkpoints", "last tick", "problem"):
+        table.add_column(column)
+    for r in records:
+        table.add_row(
+            r.name,
+            r.source_text,
+            r.baseline_text,
+            r.rule.describe(),
+            "paused" if r.paused else "active",
+            str(counts[r.name]),
+            f"{r.last_tick_at:%Y-%m-%d %H:%M}" if r.last_tick_at else "never",
+            r.last_error or "",
+        )
+    out.print(table)
+
+
+@schedule_app.command("show")
+def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
+    """One schedule: its settings and every checkpoint with its job and verdict.
+
+    Example: posbias schedule show nightly
+    """
+    with _database(ctx) as db:
+        record = scheduler.get_schedule(db, name)
+        checkpoints = scheduler.list_checkpoints(db, name)
+    if as_json:
+        _print_json({**_schedule_json(record), "checkpoints": [_checkpoint_json(c) for c in checkpoints]})
+        return
+    out.print(f"schedule {record.name} ({'paused' if record.paused else 'active'}): {record.source_text}")
+    out.print(f"baseline: {record.baseline_text}; rule: {record.rule.describe()}")
+    if record.last_error:
+        out.print(f"last tick: {record.last_error}")
+    table = Table()
+    for column in ("checkpoint", "step", "job", "job status", "verdict", "reason"):
+        table.add_column(column)
+    for c in checkpoints:
+        table.add_row(
+            c.name,
+            "" if c.step is None else str(c.step),
+            "" if c.job_id is None else str(c.job_id),
+            c.job_status.value if c.job_status else "",
+            c.verdict.value,
+            c.reason,
+        )
+    out.print(table if checkpoints else "no checkpoints yet: `posbias schedule tick` looks for them")
+
+
+@schedule_app.command("remove")
+def remove(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
+    """Delete a schedule and its checkpoint records; the jobs it submitted and their results stay.
+
+    Example: posbias schedule remove nightly
+    """
+    with _database(ctx) as db:
+        forgotten = scheduler.remove_schedule(db, name)
+    if as_json:
+        _print_json({"schedule": name, "removed": True, "checkpoints": forgotten})
+    else:
+        out.print(f"removed schedule {name} ({forgotten} checkpoint records; its jobs stay)")
+
+
+@schedule_app.command("pause")
+def pause(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
+    """Stop picking up new checkpoints (jobs already submitted still get their verdicts).
+
+    Example: posbias schedule pause nightly
+    """
+    _set_paused(ctx, name, paused=True, as_json=as_json)
+
+
+@schedule_app.command("resume")
+def resume(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
+    """Pick up new checkpoints again; the next tick catches up on any that appeared meanwhile.
+
+    Example: posbias schedule resume nightly
+    """
+    _set_paused(ctx, name, paused=False, as_json=as_json)
+
+
+def _set_paused(ctx: typer.Context, name: str, *, paused: bool, as_json: bool) -> None:
+    with _database(ctx) as db:
+        record = scheduler.set_paused(db, name, paused=paused)
+    if as_json:
+        _print_json(_schedule_json(record))
+    else:
+        out.print(f"schedule {name} is {'paused' if record.paused else 'active'}")
+
+
+# --- tick -----------------------------------------------------------------------------------------------
+
+
+@schedule_app.command("tick")
+def tick(
+    ctx: typer.Context,
+    name: Annotated[
+        str | None, typer.Argument(help="One schedule (default: every schedule).", show_default=False)
+    ] = None,
+    fail_on_regression: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 1 while a schedule's newest compared checkpoint is a regression (for CI gates)."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find new checkpoints, submit their jobs, judge finished ones against the baseline, post verdicts to
+    POSBIAS_WEBHOOK_URL. Safe to run from cron every few minutes, even two at once; runs no job itself.
+
+    Example: posbias schedule tick nightly --fail-on-regression
+    """
+    with _database(ctx) as db:
+        done = scheduler.tick(db, settings=ctx.obj, name=name)
+    if as_json:
+        _print_json(_tick_json(done))
+    else:
+        _print_tick(done)
+    if fail_on_regression and done.regressions:
+        first = done.regressions[0]
+        named = "; ".join(f"{r.checkpoint} of schedule {r.schedule}" for r in done.regressions)
+        raise PosbiasError(
+            f"regression: {named} ({first.reason}); see `posbias schedule report {first.schedule}`"
+        )
+
+
+def _print_tick(done: scheduler.TickReport) -> None:
+    if not done.schedules:
+        out.print("no schedules: `posbias schedule add --help`")
+    for s in done.schedules:
+        parts = ["paused"] if s.paused else []
+        if s.discovered:
+            parts.append(f"new checkpoints {', '.join(s.discovered)}")
+        if s.submitted:
+            parts.append("jobs " + ", ".join(f"{x.checkpoint}: {x.job_id}" for x in s.submitted))
+        if s.settled:
+            parts.append("verdicts " + ", ".join(f"{v.checkpoint}: {v.verdict.value}" for v in s.settled))
+        if s.waiting:
+            parts.append("not complete yet " + ", ".join(f"{w.name} ({w.reason})" for w in s.waiting))
+        out.print(f"schedule {s.schedule}: {'; '.join(parts) or 'nothing new'}")
+        if s.problem:
+            err.print(f"warning: schedule {s.schedule}: {s.problem}")
+        for v in s.settled:
+            out.print(f"  {v.checkpoint}: {v.verdict.value} - {v.reason}")
+    if done.announced:
+        out.print(f"posted {len(done.announced)} verdicts to the webhook")
+
+
+def _tick_json(done: scheduler.TickReport) -> dict[str, Any]:
+    return {
+        "schedules": [
+            {
+                "schedule": s.schedule,
+                "paused": s.paused,
+                "discovered": s.discovered,
+                "waiting": [{"checkpoint": w.name, "reason": w.reason} for w in s.waiting],
+                "submitted": [
+                    {"checkpoint": x.checkpoint, "job_id": x.job_id, "created": x.created}
+                    for x in s.submitted
+                ],
+                "settled": [
+                    {"checkpoint": v.checkpoint, "verdict": v.verdict.value, "reason": v.reason}
+                    for v in s.settled
+                ],
+                "problem": s.problem,
+            }
+            for s in done.schedules
+        ],
+        "announced": done.announced,
+        "announce_failures": done.announce_failures,
+        "regressions": [
+            {"schedule": r.schedule, "checkpoint": r.checkpoint, "reason": r.reason} for r in done.regressions
+        ],
+    }
+
+
+# --- report ---------------------------------------------------------------------------------------------
+
+
+@schedule_app.command("report")
+def report(
+    ctx: typer.Context,
+    name: NameArg,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Batch size to report (default: the template's largest).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Also write a PNG: the finished checkpoints' curves overlaid.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every checkpoint in order: job, status, verdict, first/last accuracy, last/first ratio, worst drop.
+
+    Example: posbias schedule report nightly --batch-size 50 --plot nightly.png
+    """
+    with _database(ctx) as db:
+        found = scheduler.schedule_report(db, name, batch_size=batch_size)
+    if plot is not None:
+        from service.plot import plot_curves
+
+        drawn = [row for row in found.rows if row.curve is not None]
+        if not drawn:
+            raise PosbiasError(f"nothing to plot: no checkpoint of {name} has a finished job yet")
+        plot_curves(
+            [row.curve for row in drawn if row.curve is not None],
+            path=plot,
+            labels=[row.checkpoint.name for row in drawn],
+            title=f"schedule {name}: accuracy by position, batch size {found.batch_size}",
+        )
+    if as_json:
+        _print_json(_report_json(found))
+        return
+    table = Table(
+        title=f"schedule {name} - batch size {found.batch_size}, baseline {found.schedule.baseline_text}"
+    )
+    for column in ("checkpoint", "job", "status", "verdict", "first", "last", "last/first", "worst drop"):
+        table.add_column(column, justify="left" if column in {"checkpoint", "status", "verdict"} else "right")
+    for row in found.rows:
+        c = row.checkpoint
+        table.add_row(
+            c.name,
+            "" if c.job_id is None else str(c.job_id),
+            c.job_status.value if c.job_status else "",
+            c.verdict.value,
+            _pct(row.first_accuracy),
+            _pct(row.last_accuracy),
+            _ratio(row.ratio),
+            _drop(row.worst_drop),
+        )
+    out.print(table if found.rows else f"no checkpoints yet: `posbias schedule tick {name}` looks for them")
+    for row in found.rows:
+        if row.checkpoint.verdict.value in {"regression", "error", "inconclusive"}:
+            out.print(f"{row.checkpoint.name}: {row.checkpoint.reason}")
+    if plot is not None:
+        out.print(f"wrote {plot}")
+
+
+def _report_json(found: scheduler.ScheduleReport) -> dict[str, Any]:
+    return {
+        "schedule": found.schedule.name,
+        "batch_size": found.batch_size,
+        "baseline": found.schedule.baseline_text,
+        "rule": found.schedule.rule.model_dump(mode="json"),
+        "checkpoints": [
+            {
+                **_checkpoint_json(row.checkpoint),
+                "first_accuracy": row.first_accuracy,
+                "last_accuracy": row.last_accuracy,
+                "ratio": None if row.ratio is None else row.ratio.model_dump(mode="json"),
+                "worst_drop": None if row.worst_drop is None else row.worst_drop.model_dump(mode="json"),
+            }
+            for row in found.rows
+        ],
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ratio(value: Interval | None) -> str:
+    if value is None or value.estimate is None:
+        return "-"
+    high = "inf" if value.high is None else f"{value.high:.2f}"
+    low = "-" if value.low is None else f"{value.low:.2f}"
+    return f"{value.estimate:.2f} ({low}-{high})"
+
+
+def _drop(value: PositionDrop | None) -> str:
+    if value is None:
+        return "-"
+    flag = " *" if value.flagged else ""
+    return (
+        f"{100 * value.diff:+.1f} pts at {value.position} "
+        f"({100 * value.ci_low:+.1f} to {100 * value.ci_high:+.1f}){flag}"
+    )
+
+
+# --- JSON -----------------------------------------------------------------------------------------------
+
+
+def _schedule_json(r: scheduler.ScheduleRecord) -> dict[str, Any]:
+    source: dict[str, Any]
+    if isinstance(r.source, scheduler.FolderSource):
+        source = {"folder": str(r.source.path)}
+    else:
+        source = {"hub": r.source.repo, "branch": r.source.branch, "revisions": r.source.revisions.value}
+    return {
+        "name": r.name,
+        "source": source,
+        "template": r.template,
+        "baseline": r.baseline.value,
+        "baseline_job_id": r.baseline_job_id,
+        "rule": r.rule.model_dump(mode="json"),
+        "paused": r.paused,
+        "created_at": r.created_at,
+        "last_tick_at": r.last_tick_at,
+        "last_error": r.last_error,
+    }
+
+
+def _checkpoint_json(c: scheduler.CheckpointRecord) -> dict[str, Any]:
+    return {
+        "checkpoint": c.name,
+        "step": c.step,
+        "model": c.model,
+        "revision": c.revision,
+        "discovered_at": c.discovered_at,
+        "job_id": c.job_id,
+        "job_status": c.job_status.value if c.job_status else None,
+        "verdict": c.verdict.value,
+        "reason": c.reason,
+        "detail": None if c.detail is None else c.detail.model_dump(mode="json"),
+        "evaluated_at": c.evaluated_at,
+        "announcement": c.announcement.value if c.announcement else None,
+    }
