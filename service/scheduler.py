@@ -735,6 +735,7 @@ def _record_checkpoints(db: Database, schedule_id: int, found: Sequence[Found]) 
     if not found:
         return []
     now = now_utc()
+    ordered = sorted(found, key=lambda f: order_key(f.name, f.step))
     rows = [
         {
             "schedule_id": schedule_id,
@@ -746,7 +747,7 @@ def _record_checkpoints(db: Database, schedule_id: int, found: Sequence[Found]) 
             "verdict": Verdict.pending,
             "announce_attempts": 0,
         }
-        for f in sorted(found, key=lambda f: order_key(f.name, f.step))
+        for f in ordered
     ]
     inserted: list[str] = []
     with db.write() as session:
@@ -759,7 +760,8 @@ def _record_checkpoints(db: Database, schedule_id: int, found: Sequence[Found]) 
                 .returning(Checkpoint.name)
             )
             inserted += session.scalars(statement).all()
-    return sorted(inserted, key=lambda n: order_key(n, trailing_number(n)))
+    new = set(inserted)
+    return [f.name for f in ordered if f.name in new]
 
 
 def _submit_waiting(db: Database, schedule: ScheduleRecord, *, settings: Settings) -> list[Submitted]:
@@ -847,15 +849,8 @@ def _evaluate(db: Database, schedule: ScheduleRecord, *, settings: Settings) -> 
     failed is known to be no baseline before a later one looks for its baseline)."""
     with db.read() as session:
         states = _checkpoints(session, schedule.id)
-    _reopen_retried(db, states)
-    states = [
-        replace(s, verdict=Verdict.pending, detail=None)
-        if s.verdict is Verdict.error
-        and s.job_status is not None
-        and s.job_status not in FINISHED_JOB_STATUSES
-        else s
-        for s in states
-    ]
+    reopened = _reopen_retried(db, states)
+    states = [replace(s, verdict=Verdict.pending, detail=None) if s.id in reopened else s for s in states]
     settled = []
     for index, checkpoint in enumerate(states):
         if checkpoint.verdict is not Verdict.pending or checkpoint.job_id is None:
@@ -872,8 +867,9 @@ def _evaluate(db: Database, schedule: ScheduleRecord, *, settings: Settings) -> 
     return settled
 
 
-def _reopen_retried(db: Database, states: Sequence[CheckpointRecord]) -> None:
-    """A checkpoint whose failed job was put back in the queue (`posbias retry`) is pending again."""
+def _reopen_retried(db: Database, states: Sequence[CheckpointRecord]) -> set[int]:
+    """A checkpoint whose failed job was put back in the queue (`posbias retry`) is pending again.
+    Returns the ids of those reopened."""
     reopen = [
         s.id
         for s in states
@@ -888,6 +884,7 @@ def _reopen_retried(db: Database, states: Sequence[CheckpointRecord]) -> None:
                 .where(Checkpoint.id.in_(reopen), Checkpoint.verdict == Verdict.error)
                 .values(verdict=Verdict.pending, detail=None, evaluated_at=None, announcement=None)
             )
+    return set(reopen)
 
 
 def _judge(
