@@ -17,3 +17,12 @@ class NotFoundError(PosbiasError):
 
 class ConflictError(PosbiasError):
     """The request is valid but the stored state forbids it (e.g. cancelling a finished job)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of `exc`'s message, or the exception type's name when it has none: how a
+    caught error is quoted inside a one-line message."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__

@@ -16,7 +16,7 @@ from typing import Any, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schemas.errors import PosbiasError
+from schemas.errors import PosbiasError, first_line
 
 MAX_BATCH_SIZE = 200
 ROTATION_WARN_BATCH_SIZE = 20
@@ -297,7 +297,7 @@ class JobSpec(Strict):
         try:
             data = yaml.safe_load(text) if file.suffix.lower() != ".json" else json.loads(text)
         except (yaml.YAMLError, json.JSONDecodeError) as exc:
-            raise PosbiasError(f"spec file {file} is not valid YAML/JSON: {_first_line(exc)}") from None
+            raise PosbiasError(f"spec file {file} is not valid YAML/JSON: {first_line(exc)}") from None
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -336,7 +336,3 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

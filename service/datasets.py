@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 from urllib.request import getproxies
 
-from schemas import DatasetSpec, JobSpec, PosbiasError, Question
+from schemas import DatasetSpec, JobSpec, PosbiasError, Question, first_line
 
 MMLU_HUB_ID = "cais/mmlu"
 DEFAULT_SUBJECT = "default"
@@ -179,7 +179,7 @@ def _read_hub(dataset: DatasetSpec) -> tuple[list[Question], str]:
 
         table = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # the hub client raises many unrelated types; all mean "not available"
-        raise PosbiasError(f"cannot load {tried}: {_first_line(exc)}; {fix}") from None
+        raise PosbiasError(f"cannot load {tried}: {first_line(exc)}; {fix}") from None
     columns = DatasetSpec() if dataset.is_mmlu else dataset  # the hub's MMLU has the default columns
     rows = (dict(row) for row in table)
     return _questions(rows, columns=columns, where=f"{name} ({split})"), tried.removeprefix("the ")
@@ -229,10 +229,10 @@ def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str
             rows = pq.read_table(file).to_pylist()
         return _questions(rows, columns=dataset, where=str(file)), f"{file}"
     except (OSError, UnicodeDecodeError, csv.Error, json.JSONDecodeError) as exc:
-        raise PosbiasError(f"cannot read dataset.path {file}: {_first_line(exc)}") from None
+        raise PosbiasError(f"cannot read dataset.path {file}: {first_line(exc)}") from None
     except Exception as exc:
         if type(exc).__module__.startswith("pyarrow"):
-            raise PosbiasError(f"cannot read dataset.path {file}: {_first_line(exc)}") from None
+            raise PosbiasError(f"cannot read dataset.path {file}: {first_line(exc)}") from None
         raise
 
 
@@ -364,8 +364,3 @@ def _question(subject: str, text: str, choices: Sequence[str], answer: int, at: 
         choices=tuple(choices),
         answer=answer,
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -19,6 +19,7 @@ from rich.table import Table
 from schemas import Interval, PosbiasError
 from schemas.schedule import PositionDrop, RegressionRule
 from service import database, scheduler
+from service.checkpoints import FolderSource, HubSource, Source
 from service.database import Database
 from service.settings import Settings
 from service.tables import HubRevisions
@@ -129,10 +130,10 @@ def add(
         scheduler.parse_baseline(baseline)
     except PosbiasError as exc:
         ctx.fail(str(exc))
-    source: scheduler.Source = (
-        scheduler.FolderSource(path=folder)
+    source: Source = (
+        FolderSource(path=folder)
         if folder is not None
-        else scheduler.HubSource(repo=str(hub), branch=branch, revisions=revisions)
+        else HubSource(repo=str(hub), branch=branch, revisions=revisions)
     )
     with _database(ctx) as db:
         record = scheduler.add_schedule(
@@ -443,7 +444,7 @@ def _drop(value: PositionDrop | None) -> str:
 
 def _schedule_json(r: scheduler.ScheduleRecord) -> dict[str, Any]:
     source: dict[str, Any]
-    if isinstance(r.source, scheduler.FolderSource):
+    if isinstance(r.source, FolderSource):
         source = {"folder": str(r.source.path)}
     else:
         source = {"hub": r.source.repo, "branch": r.source.branch, "revisions": r.source.revisions.value}

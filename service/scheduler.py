@@ -9,6 +9,10 @@ It never runs a job (`posbias worker` does) and is safe to run from cron, even t
 row is unique per (schedule, name), its job is submitted under the idempotency key
 `schedule/<name>/<checkpoint>/<spec hash>`, a verdict is written only over `pending`, and a verdict is
 posted by the one tick that claims it.
+
+This module holds the schedules (add, list, pause, remove), the job spec of a checkpoint, the tick and the
+report; the tick calls on `service.checkpoints` to find checkpoints, `service.verdicts` to compare two
+jobs, and `service.webhook` to post verdicts.
 """
 
 from __future__ import annotations
@@ -16,20 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
-import urllib.error
-import urllib.request
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from statistics import NormalDist
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import yaml
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -44,18 +41,29 @@ from schemas import (
     JobSpec,
     NotFoundError,
     PosbiasError,
+    first_line,
 )
 from schemas.schedule import (
     FINAL_VERDICTS,
-    BatchSizeVerdict,
     PositionDrop,
-    RatioChange,
     RegressionRule,
     Verdict,
     VerdictDetail,
 )
 from service import queue, report, store, submission
-from service.analysis import CorrectnessMatrix, PositionCount, wilson_interval
+from service.checkpoints import (
+    Discovery,
+    FolderSource,
+    Found,
+    HubClient,
+    HubSource,
+    Source,
+    Waiting,
+    default_hub,
+    order_key,
+    scan_folder,
+    scan_hub,
+)
 from service.database import Database
 from service.datasets import check_pool, load_questions
 from service.settings import Settings
@@ -70,28 +78,18 @@ from service.tables import (
     Schedule,
     ScheduleSource,
 )
+from service.verdicts import compare_jobs
+from service.webhook import announce
 
 log = logging.getLogger(__name__)
 
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-TRAILING_NUMBER = re.compile(r"(\d{1,18})$")
-# A folder (or a file in it) with one of these endings is still being written: trainers and copy tools
-# write to a temporary name and rename when done; huggingface_hub downloads to `*.incomplete`.
-INCOMPLETE_SUFFIXES = (".tmp", ".partial", ".incomplete", ".lock")
-INCOMPLETE_MARKERS = frozenset({"INCOMPLETE", ".incomplete", ".writing"})
-WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 FAKE_HOOK = "posbias-fake.json"
 """Test and demo hook of the fake engine: a checkpoint folder may carry this file, whose `fake` block and
 `seed` replace the template's, so that one fake "checkpoint" can behave worse than another. Only read when
 the template's engine is `fake`; a real engine never sees it."""
 FAKE_HOOK_KEYS = frozenset({"fake", "seed"})
-MIN_ANSWERS = 20
-"""Fewer answers than this at a position (in either job) leave the comparison inconclusive: a Wilson
-interval at n < 20 is about +-20 points wide, too wide for a `pass` to mean anything."""
-RATIO_RESAMPLES = 2000
-WEBHOOK_TIMEOUT_S = 5.0
-MAX_ANNOUNCE_ATTEMPTS = 3
 MAX_KEY_LENGTH = 200  # jobs.idempotency_key
 
 
@@ -101,25 +99,6 @@ def now_utc() -> datetime:
 
 
 # --- records ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FolderSource:
-    """Checkpoints are the subfolders of `path`."""
-
-    path: Path
-
-
-@dataclass(frozen=True)
-class HubSource:
-    """Checkpoints are revisions of the hub repository `repo`."""
-
-    repo: str
-    branch: str = "main"
-    revisions: HubRevisions = HubRevisions.commits
-
-
-Source = FolderSource | HubSource
 
 
 @dataclass(frozen=True)
@@ -180,17 +159,6 @@ class CheckpointRecord:
         return f"job {self.job_id} is {self.job_status.value if self.job_status else 'gone'}"
 
 
-def order_key(name: str, step: int | None) -> tuple[bool, int, str]:
-    """Checkpoints sort by step (trailing number), then name; those without a number come last."""
-    return (step is None, step or 0, name)
-
-
-def trailing_number(name: str) -> int | None:
-    """The number a name ends with (`checkpoint-1000` -> 1000), or None."""
-    match = TRAILING_NUMBER.search(name)
-    return int(match.group(1)) if match else None
-
-
 # --- managing schedules ---------------------------------------------------------------------------------
 
 
@@ -217,8 +185,7 @@ def load_template(text: str) -> dict[str, Any]:
         try:
             data = json.loads(content) if file.suffix.lower() == ".json" else yaml.safe_load(content)
         except (yaml.YAMLError, json.JSONDecodeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PosbiasError(f"spec template {file} is not valid YAML/JSON: {first}") from None
+            raise PosbiasError(f"spec template {file} is not valid YAML/JSON: {first_line(exc)}") from None
         where = f"spec template {file}"
     if data is None:
         data = {}
@@ -451,171 +418,6 @@ def idempotency_key(schedule: str, checkpoint: str, spec: JobSpec) -> str:
     return f"schedule/{schedule}/sha256:{digest}/{spec.spec_hash()}"
 
 
-# --- finding checkpoints --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Found:
-    """A complete checkpoint seen by a tick."""
-
-    name: str
-    step: int | None
-    model: str
-    revision: str | None = None
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """A subfolder that is not (yet) a complete checkpoint, and why."""
-
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Discovery:
-    """What one look at a schedule's source found."""
-
-    found: list[Found] = field(default_factory=list)
-    waiting: list[Waiting] = field(default_factory=list)
-    problem: str | None = None
-    """Why nothing could be looked at (hub unreachable, folder gone); the tick carries on."""
-
-
-def incomplete_reason(folder: Path) -> str | None:
-    """Why `folder` is not a complete checkpoint yet; None when it is.
-
-    Complete means: no temporary name or marker file, a `config.json` that parses, and weights that are all
-    there: every shard a `*.index.json` lists, else a non-empty `*.safetensors` or `pytorch_model*.bin`.
-    """
-    if folder.name.endswith(INCOMPLETE_SUFFIXES):
-        return f"its name ends in {folder.suffix} (still being written)"
-    try:
-        entries = {entry.name: entry for entry in folder.iterdir()}
-    except OSError as exc:
-        return f"cannot list it ({exc.strerror})"
-    markers = sorted(n for n in entries if n in INCOMPLETE_MARKERS or n.endswith(INCOMPLETE_SUFFIXES))
-    if markers:
-        return f"{markers[0]} says it is still being written"
-    if _json_object(folder / "config.json") is None:
-        return "no complete config.json yet"
-    for index in WEIGHT_INDEXES:
-        if index in entries:
-            listed = _json_object(folder / index)
-            weight_map = listed.get("weight_map") if listed else None
-            if not isinstance(weight_map, dict):
-                return f"{index} is not complete yet"
-            missing = sorted(str(s) for s in set(weight_map.values()) if not _non_empty(folder / str(s)))
-            return f"{index} lists {missing[0]}, which is not there yet" if missing else None
-    weights = sorted(
-        n
-        for n in entries
-        if n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith(".bin"))
-    )
-    if not weights:
-        return "no weights yet (*.safetensors or pytorch_model*.bin)"
-    empty = [n for n in weights if not _non_empty(folder / n)]
-    return f"weights file {empty[0]} is empty" if empty else None
-
-
-def _json_object(file: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _non_empty(file: Path) -> bool:
-    try:
-        return file.is_file() and file.stat().st_size > 0
-    except OSError:
-        return False
-
-
-def scan_folder(folder: Path) -> Discovery:
-    """The complete checkpoints among `folder`'s subfolders (hidden ones skipped), and those still being
-    written."""
-    try:
-        subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-    except OSError as exc:
-        return Discovery(problem=f"cannot list checkpoint folder {folder} ({exc.strerror}): is it mounted?")
-    discovery = Discovery()
-    for sub in subfolders:
-        reason = incomplete_reason(sub)
-        if reason is None:
-            discovery.found.append(Found(name=sub.name, step=trailing_number(sub.name), model=str(sub)))
-        else:
-            discovery.waiting.append(Waiting(name=sub.name, reason=reason))
-    return discovery
-
-
-class HubClient(Protocol):
-    """The part of `huggingface_hub.HfApi` a tick uses (tests pass a stand-in)."""
-
-    def list_repo_commits(self, repo_id: str, *, revision: str | None = None) -> Sequence[Any]:
-        """Commits of `revision`, newest first; each has `commit_id`."""
-        ...
-
-    def list_repo_refs(self, repo_id: str) -> Any:
-        """`branches` and `tags`, each with `name` and `target_commit`."""
-        ...
-
-
-def scan_hub(client: HubClient, source: HubSource, *, known: set[str]) -> Discovery:
-    """The checkpoints a hub repository has now. `commits`: the branch's head the first time, then every
-    commit newer than the newest one already known (a rewritten history restarts from the head).
-    `branches`: every branch and tag but `source.branch`. Errors become `problem` ("hub unreachable")."""
-    try:
-        if source.revisions is HubRevisions.branches:
-            refs = client.list_repo_refs(source.repo)
-            return Discovery(
-                found=[
-                    Found(
-                        name=ref.name,
-                        step=trailing_number(ref.name),
-                        model=source.repo,
-                        revision=ref.target_commit,
-                    )
-                    for ref in [*refs.branches, *refs.tags]
-                    if ref.name != source.branch
-                ]
-            )
-        commits = list(client.list_repo_commits(source.repo, revision=source.branch))
-    except Exception as exc:  # the hub client raises its HTTP library's errors, which change by version
-        return Discovery(problem=_hub_problem(exc, source=source))
-    names = [str(commit.commit_id)[:12] for commit in commits]
-    # The first look (or one after a rewritten history) takes the head only: a schedule is for revisions
-    # from now on, not for the repository's whole past.
-    newer = len(names) if known & set(names) else min(1, len(names))
-    found = []
-    for index, (name, commit) in enumerate(zip(names[:newer], commits, strict=False)):
-        if name in known:
-            break
-        found.append(
-            Found(name=name, step=len(commits) - 1 - index, model=source.repo, revision=commit.commit_id)
-        )
-    return Discovery(found=found)
-
-
-def _hub_problem(exc: Exception, *, source: HubSource) -> str:
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
-    if isinstance(exc, RevisionNotFoundError):
-        return f"branch {source.branch!r} not found in {source.repo}: check --branch"
-    if isinstance(exc, RepositoryNotFoundError):
-        return f"hub repository {source.repo} not found, or gated: check the id, or set HF_TOKEN"
-    text = str(exc).strip().splitlines()
-    return f"hub unreachable ({type(exc).__name__}: {text[0] if text else ''}); will look again next tick"
-
-
-def _default_hub() -> HubClient:
-    from huggingface_hub import HfApi
-
-    client: HubClient = HfApi()
-    return client
-
-
 # --- tick -----------------------------------------------------------------------------------------------
 
 
@@ -707,7 +509,7 @@ def _tick_one(
                 discovery = Discovery(problem=f"checkpoint folder {schedule.source.path} is gone (moved?)")
         else:
             known = {c.name for c in list_checkpoints(db, schedule.name)}
-            discovery = scan_hub(hub or _default_hub(), schedule.source, known=known)
+            discovery = scan_hub(hub or default_hub(), schedule.source, known=known)
         discovered = _record_checkpoints(db, schedule.id, discovery.found)
         submitted = _submit_waiting(db, schedule, settings=settings)
     with db.write() as session:
@@ -829,7 +631,7 @@ def _settle(
     return bool(written)
 
 
-# --- verdicts -------------------------------------------------------------------------------------------
+# --- judging checkpoints --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -981,226 +783,6 @@ def _baseline_for(
     )
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """A comparison of two finished jobs under a rule."""
-
-    verdict: Verdict
-    reason: str
-    comparisons: int
-    batch_sizes: list[BatchSizeVerdict]
-
-
-def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: RegressionRule) -> Outcome:
-    """Judge `candidate_job` against `baseline_job` at every batch size they share.
-
-    Per position, candidate minus baseline accuracy with a Newcombe interval built from Wilson intervals at
-    a Bonferroni-adjusted z (over every position compared), so all positions' intervals hold together with
-    probability `rule.confidence`; per batch size, the change in the last/first ratio's distance from 1
-    with a cluster-bootstrap interval (Bonferroni over batch sizes). A check fires when the estimate is
-    beyond its limit and its interval excludes zero.
-    """
-    base = _counts_by_size(store.curve_counts(db, job_id=baseline_job))
-    cand = _counts_by_size(store.curve_counts(db, job_id=candidate_job))
-    sizes = sorted(base.keys() & cand.keys())
-    if not sizes:
-        return Outcome(
-            verdict=Verdict.inconclusive,
-            reason=f"no batch size in common: baseline job {baseline_job} has {sorted(base)}, candidate "
-            f"{sorted(cand)}",
-            comparisons=0,
-            batch_sizes=[],
-        )
-    thin = {n: _thin_positions(base[n], cand[n], batch_size=n) for n in sizes}
-    compared = [n for n in sizes if not thin[n]]
-    comparisons = sum(compared)
-    alpha = 1 - rule.confidence
-    z = NormalDist().inv_cdf(1 - alpha / (2 * comparisons)) if comparisons else 0.0
-    ratio_sizes = [n for n in compared if n > 1] if rule.max_ratio_drop is not None else []
-    verdicts = []
-    for n in sizes:
-        if thin[n]:
-            listed = ", ".join(map(str, thin[n][:5])) + (" ..." if len(thin[n]) > 5 else "")
-            verdicts.append(
-                BatchSizeVerdict(
-                    batch_size=n,
-                    positions=0,
-                    worst_drop=None,
-                    drop_flagged=False,
-                    note=f"fewer than {MIN_ANSWERS} answers at position {listed} in one of the jobs",
-                )
-            )
-            continue
-        drops = [_drop(base[n][p], cand[n][p], z=z, max_drop=rule.max_drop) for p in range(1, n + 1)]
-        flagged = [d for d in drops if d.flagged]
-        worst = min(flagged or drops, key=lambda d: d.diff)
-        ratio, note = None, None
-        if n in ratio_sizes:
-            assert rule.max_ratio_drop is not None
-            ratio = _ratio_change(
-                db,
-                baseline_job=baseline_job,
-                candidate_job=candidate_job,
-                batch_size=n,
-                alpha=alpha / len(ratio_sizes),
-                limit=rule.max_ratio_drop,
-            )
-            if ratio is None:
-                note = "the last/first ratio is undefined (accuracy 0 at position 1 in one of the jobs)"
-        verdicts.append(
-            BatchSizeVerdict(
-                batch_size=n,
-                positions=n,
-                worst_drop=worst,
-                drop_flagged=bool(flagged),
-                ratio=ratio,
-                note=note,
-            )
-        )
-    verdict, reason = _overall(verdicts, rule=rule)
-    return Outcome(verdict=verdict, reason=reason, comparisons=comparisons, batch_sizes=verdicts)
-
-
-def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> tuple[Verdict, str]:
-    fired = []
-    for v in verdicts:
-        if v.drop_flagged and v.worst_drop is not None:
-            d = v.worst_drop
-            fired.append(
-                f"N={v.batch_size} position {d.position}: {_points(d.diff)} ({_points(d.ci_low)} to "
-                f"{_points(d.ci_high)}), limit -{rule.max_drop:g} points"
-            )
-        if v.ratio is not None and v.ratio.flagged:
-            r = v.ratio
-            fired.append(
-                f"N={v.batch_size} last/first ratio {_num(r.baseline.estimate)} -> "
-                f"{_num(r.candidate.estimate)} (further from 1 by {_num(r.worsening.estimate)}, "
-                f"interval from {_num(r.worsening.low)}), "
-                f"limit {rule.max_ratio_drop:g}"
-            )
-    if fired:
-        more = f" (and {len(fired) - 1} more)" if len(fired) > 1 else ""
-        return Verdict.regression, f"{fired[0]}{more}"
-    notes = [f"N={v.batch_size}: {v.note}" for v in verdicts if v.note]
-    if notes:
-        return Verdict.inconclusive, "; ".join(notes)
-    if rule.max_ratio_drop is not None and not any(v.ratio for v in verdicts):
-        return (
-            Verdict.inconclusive,
-            "no batch size above 1 in common: the last/first ratio cannot be compared",
-        )
-    drops = [v.worst_drop for v in verdicts if v.worst_drop is not None]
-    worst = min(drops, key=lambda d: d.diff)
-    size = next(v.batch_size for v in verdicts if v.worst_drop is worst)
-    return (
-        Verdict.passed,
-        f"within the rule: largest drop {_points(worst.diff)} at N={size} position {worst.position} "
-        f"({_points(worst.ci_low)} to {_points(worst.ci_high)})",
-    )
-
-
-def _points(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:+.1f} pts"
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _counts_by_size(counts: Iterable[PositionCount]) -> dict[int, dict[int, PositionCount]]:
-    by_size: dict[int, dict[int, PositionCount]] = {}
-    for count in counts:
-        by_size.setdefault(count.batch_size, {})[count.position] = count
-    return by_size
-
-
-def _thin_positions(
-    base: dict[int, PositionCount], cand: dict[int, PositionCount], *, batch_size: int
-) -> list[int]:
-    def answers(counts: dict[int, PositionCount], position: int) -> int:
-        count = counts.get(position)
-        return count.n if count else 0
-
-    return [p for p in range(1, batch_size + 1) if min(answers(base, p), answers(cand, p)) < MIN_ANSWERS]
-
-
-def _drop(base: PositionCount, cand: PositionCount, *, z: float, max_drop: float | None) -> PositionDrop:
-    """Newcombe's hybrid score interval (method 10) at `z` for candidate minus baseline."""
-    wb = wilson_interval(base.n_correct, base.n, z=z)
-    wc = wilson_interval(cand.n_correct, cand.n, z=z)
-    assert wb.estimate is not None and wb.low is not None and wb.high is not None
-    assert wc.estimate is not None and wc.low is not None and wc.high is not None
-    diff = wc.estimate - wb.estimate
-    low = diff - math.sqrt((wc.estimate - wc.low) ** 2 + (wb.high - wb.estimate) ** 2)
-    high = diff + math.sqrt((wc.high - wc.estimate) ** 2 + (wb.estimate - wb.low) ** 2)
-    return PositionDrop(
-        position=base.position,
-        accuracy_baseline=wb.estimate,
-        accuracy_candidate=wc.estimate,
-        n_baseline=base.n,
-        n_candidate=cand.n,
-        diff=diff,
-        ci_low=low,
-        ci_high=high,
-        flagged=max_drop is not None and -diff > max_drop / 100 and high < 0,
-    )
-
-
-def _ratio_change(
-    db: Database, *, baseline_job: int, candidate_job: int, batch_size: int, alpha: float, limit: float
-) -> RatioChange | None:
-    """The two ratios and how much further from 1 the candidate's is, bootstrapped over each job's trials
-    (the jobs are independent samples, so each is resampled on its own). None when a ratio is undefined."""
-    rb = _bootstrap_ratios(store.trial_matrix(db, job_ids=[baseline_job], batch_size=batch_size), seed=1)
-    rc = _bootstrap_ratios(store.trial_matrix(db, job_ids=[candidate_job], batch_size=batch_size), seed=2)
-    if not (np.isfinite(rb[0]) and np.isfinite(rc[0])):
-        return None
-    with np.errstate(invalid="ignore"):
-        worse = np.abs(rc - 1) - np.abs(rb - 1)
-    interval = _percentiles(worse, alpha=alpha)
-    return RatioChange(
-        baseline=_percentiles(rb, alpha=alpha),
-        candidate=_percentiles(rc, alpha=alpha),
-        worsening=interval,
-        flagged=bool(worse[0] > limit and interval.low is not None and interval.low > 0),
-    )
-
-
-def _bootstrap_ratios(matrix: CorrectnessMatrix, *, seed: int) -> npt.NDArray[np.float64]:
-    """Last/first accuracy ratio of the data (element 0) and of `RATIO_RESAMPLES` cluster resamples of
-    its trials (as in `analysis.bootstrap_curve_stats`)."""
-    values = np.nan_to_num(matrix.correct, nan=0.0)
-    answered = (~np.isnan(matrix.correct)).astype(np.float64)
-    trials = values.shape[0]
-    if trials == 0:
-        return np.full(RATIO_RESAMPLES + 1, np.nan)
-    rng = np.random.default_rng(seed)
-    weights = np.vstack(
-        [np.ones(trials), rng.multinomial(trials, np.full(trials, 1.0 / trials), size=RATIO_RESAMPLES)]
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = (weights @ values) / (weights @ answered)
-        ratios: npt.NDArray[np.float64] = accuracy[:, -1] / accuracy[:, 0]
-    return ratios
-
-
-def _percentiles(samples: npt.NDArray[np.float64], *, alpha: float) -> Interval:
-    """Estimate (element 0) and the percentile interval of the rest; an infinite bound is None."""
-
-    def finite(value: float) -> float | None:
-        return float(value) if np.isfinite(value) else None
-
-    rest = np.sort(samples[1:][~np.isnan(samples[1:])])
-    if rest.size == 0:
-        return Interval(estimate=finite(samples[0]), low=None, high=None)
-    last = rest.size - 1
-    return Interval(
-        estimate=finite(samples[0]),
-        low=finite(rest[math.floor(alpha / 2 * last)]),
-        high=finite(rest[math.ceil((1 - alpha / 2) * last)]),
-    )
-
-
 def standing_regressions(db: Database, names: Sequence[str]) -> list[Regressed]:
     """For each named schedule whose newest checkpoint with a pass or regression verdict is a regression,
     that checkpoint."""
@@ -1212,99 +794,6 @@ def standing_regressions(db: Database, names: Sequence[str]) -> list[Regressed]:
         if compared and compared[-1].verdict is Verdict.regression:
             found.append(Regressed(schedule=name, checkpoint=compared[-1].name, reason=compared[-1].reason))
     return found
-
-
-# --- webhook --------------------------------------------------------------------------------------------
-
-
-def announce(db: Database, *, settings: Settings) -> tuple[list[str], list[str]]:
-    """POST every verdict due for announcement to `settings.webhook_url`, each claimed first so that two
-    ticks never post the same one. A failure is logged and retried at the next tick, up to
-    `MAX_ANNOUNCE_ATTEMPTS`; it never fails the tick. Returns (posted, failures), as `schedule/checkpoint`
-    and one-line messages."""
-    url = settings.webhook_url
-    if not url:
-        return [], []
-    with db.read() as session:
-        due = session.execute(
-            select(Checkpoint.id, Checkpoint.detail, Checkpoint.announce_attempts)
-            .where(Checkpoint.announcement == Announcement.due)
-            .order_by(Checkpoint.id)
-        ).all()
-    posted, failures = [], []
-    for checkpoint_id, stored, attempts in due:
-        with db.write() as session:
-            claimed = session.scalars(
-                update(Checkpoint)
-                .where(Checkpoint.id == checkpoint_id, Checkpoint.announcement == Announcement.due)
-                .values(announcement=Announcement.sending)
-                .returning(Checkpoint.id)
-            ).all()
-        if not claimed:
-            continue
-        detail = VerdictDetail.model_validate(stored)
-        label = f"{detail.schedule}/{detail.checkpoint}"
-        try:
-            post_json(url, webhook_payload(detail), timeout=WEBHOOK_TIMEOUT_S)
-        except (OSError, ValueError) as exc:
-            tries = attempts + 1
-            message = (
-                f"could not post the verdict of {label} to the webhook at {_host(url)} ({_one_line(exc)}); "
-                + (
-                    "will retry at the next tick"
-                    if tries < MAX_ANNOUNCE_ATTEMPTS
-                    else f"gave up after {tries} tries"
-                )
-            )
-            log.warning("%s", message)
-            failures.append(message)
-            values: dict[str, Any] = {
-                "announcement": Announcement.due if tries < MAX_ANNOUNCE_ATTEMPTS else Announcement.failed,
-                "announce_attempts": tries,
-                "announce_error": message,
-            }
-        else:
-            posted.append(label)
-            values = {"announcement": Announcement.sent, "announced_at": now_utc(), "announce_error": None}
-        with db.write() as session:
-            session.execute(update(Checkpoint).where(Checkpoint.id == checkpoint_id).values(**values))
-    return posted, failures
-
-
-def webhook_payload(detail: VerdictDetail) -> dict[str, Any]:
-    """What the webhook receives: the `VerdictDetail` as JSON plus `text`, a one-line summary (the field
-    chat webhooks such as Slack's display)."""
-    text = f"posbias: {detail.schedule} checkpoint {detail.checkpoint}: {detail.verdict.value.upper()}"
-    return {"text": f"{text} - {detail.reason}", **detail.model_dump(mode="json")}
-
-
-def post_json(url: str, payload: dict[str, Any], *, timeout: float) -> None:
-    """POST `payload` as JSON; raises `OSError` (`urllib.error.URLError`, timeouts) on failure or a non-2xx
-    answer, `ValueError` for a URL that is not http(s)."""
-    if urlsplit(url).scheme not in {"http", "https"}:
-        raise ValueError("POSBIAS_WEBHOOK_URL must be an http:// or https:// URL")
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json", "User-Agent": "posbias"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        response.read(65536)
-
-
-def _host(url: str) -> str:
-    # Never the whole URL: chat webhooks carry their token in it.
-    return urlsplit(url).hostname or "?"
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code}"
-    if isinstance(exc, urllib.error.URLError):
-        return f"{exc.reason}"
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 # --- report ---------------------------------------------------------------------------------------------

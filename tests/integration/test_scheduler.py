@@ -26,10 +26,13 @@ from sqlalchemy import func, select
 from schemas import ConflictError, NotFoundError, PosbiasError
 from schemas.schedule import RegressionRule, Verdict
 from service import database, queue, scheduler, store
+from service.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
 from service.database import Database
 from service.dispatcher import Dispatcher
 from service.settings import Settings
 from service.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus
+from service.verdicts import MIN_ANSWERS
+from service.webhook import MAX_ANNOUNCE_ATTEMPTS
 from workers.shard import run_shard
 from workers.testing import FakeEngine
 
@@ -75,7 +78,7 @@ def add(
     return scheduler.add_schedule(
         db,
         name,
-        source=scheduler.FolderSource(path=folder),
+        source=FolderSource(path=folder),
         template=template or TEMPLATE,
         baseline=baseline,
         rule=rule,
@@ -396,7 +399,7 @@ def test_a_fixed_baseline_job_and_too_few_answers(db: Database, settings: Settin
     thin = by_name(db, "thin")
     assert thin["a-1"].verdict is Verdict.baseline
     assert thin["a-2"].verdict is Verdict.inconclusive
-    assert f"fewer than {scheduler.MIN_ANSWERS} answers" in thin["a-2"].reason
+    assert f"fewer than {MIN_ANSWERS} answers" in thin["a-2"].reason
 
 
 def test_verdicts_are_posted_once_and_a_failing_webhook_is_retried_but_never_fatal(
@@ -430,11 +433,8 @@ def test_verdicts_are_posted_once_and_a_failing_webhook_is_retried_but_never_fat
     dead = settings.model_copy(update={"webhook_url": "http://127.0.0.1:9/hook"})
     scheduler.tick(db, settings=dead)
     run_inline(db, _job(by_name(db)["c-3"]))
-    failures = [
-        scheduler.tick(db, settings=dead).announce_failures
-        for _ in range(scheduler.MAX_ANNOUNCE_ATTEMPTS + 1)
-    ]
-    assert [len(f) for f in failures] == [1] * scheduler.MAX_ANNOUNCE_ATTEMPTS + [0]
+    failures = [scheduler.tick(db, settings=dead).announce_failures for _ in range(MAX_ANNOUNCE_ATTEMPTS + 1)]
+    assert [len(f) for f in failures] == [1] * MAX_ANNOUNCE_ATTEMPTS + [0]
     assert "gave up" in failures[-2][0]
     assert by_name(db)["c-3"].announcement is Announcement.failed
 
@@ -476,7 +476,7 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
     scheduler.add_schedule(
         db,
         "hub",
-        source=scheduler.HubSource(repo="org/model"),
+        source=HubSource(repo="org/model"),
         template=SMALL,
         baseline="first",
         rule=RULE,
@@ -517,7 +517,7 @@ def test_hub_branches_are_checkpoints_in_step_order(db: Database, settings: Sett
     scheduler.add_schedule(
         db,
         "pythia",
-        source=scheduler.HubSource(repo="org/pythia", revisions=HubRevisions.branches),
+        source=HubSource(repo="org/pythia", revisions=HubRevisions.branches),
         template=SMALL,
         baseline="previous",
         rule=RULE,
@@ -539,28 +539,26 @@ def test_a_checkpoint_is_complete_only_with_its_config_and_all_its_weights(tmp_p
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
     (sharded / "model-00001-of-00002.safetensors").write_bytes(b"x")
-    assert "model-00002-of-00002.safetensors, which is not there yet" in str(
-        scheduler.incomplete_reason(sharded)
-    )
+    assert "model-00002-of-00002.safetensors, which is not there yet" in str(incomplete_reason(sharded))
     (sharded / "model-00002-of-00002.safetensors").write_bytes(b"x")
-    assert scheduler.incomplete_reason(sharded) is None
+    assert incomplete_reason(sharded) is None
 
     torch = write_checkpoint(tmp_path, "torch", weights=False)
     (torch / "pytorch_model.bin").write_bytes(b"")
-    assert "is empty" in str(scheduler.incomplete_reason(torch))
+    assert "is empty" in str(incomplete_reason(torch))
     (torch / "pytorch_model.bin").write_bytes(b"x")
-    assert scheduler.incomplete_reason(torch) is None
+    assert incomplete_reason(torch) is None
 
     truncated = write_checkpoint(tmp_path, "truncated")
     (truncated / "config.json").write_text('{"architectures": [')
-    assert "config.json" in str(scheduler.incomplete_reason(truncated))
+    assert "config.json" in str(incomplete_reason(truncated))
     no_config = write_checkpoint(tmp_path, "no-config", config=False)
-    assert "config.json" in str(scheduler.incomplete_reason(no_config))
+    assert "config.json" in str(incomplete_reason(no_config))
     half_index = write_checkpoint(tmp_path, "half-index", weights=False)
     (half_index / "model.safetensors.index.json").write_text('{"weight_map": {')
-    assert "not complete" in str(scheduler.incomplete_reason(half_index))
+    assert "not complete" in str(incomplete_reason(half_index))
 
-    found = scheduler.scan_folder(tmp_path)
+    found = scan_folder(tmp_path)
     assert [f.name for f in found.found] == ["sharded", "torch"]
 
 
