@@ -12,6 +12,7 @@ Lease expiry uses the dispatchers' clocks (UTC), which must agree to well within
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -290,14 +291,16 @@ def lease(
     lease_seconds: float,
     prefer_model_keys: Collection[str] = (),
     job_ids: Collection[int] | None = None,
+    model_keys: Collection[str] | None = None,
+    exclude_model_keys: Collection[str] = (),
 ) -> list[Lease]:
     """Lease up to `limit` queued shards for `owner`, for `lease_seconds`.
 
     Order: shards of `prefer_model_keys` (models the caller has loaded) first, then higher priority, then
-    older jobs, then shard order. `job_ids` restricts leasing to those jobs. Each lease counts an attempt
-    and marks its job running.
+    older jobs, then shard order. `job_ids` restricts leasing to those jobs, `model_keys` to those models,
+    and `exclude_model_keys` leaves those models out. Each lease counts an attempt and marks its job running.
     """
-    if limit <= 0:
+    if limit <= 0 or (model_keys is not None and not model_keys):
         return []
     now = now_utc()
     expires = now + timedelta(seconds=lease_seconds)
@@ -306,6 +309,10 @@ def lease(
         base = [Shard.status == ShardStatus.queued]
         if job_ids is not None:
             base.append(Shard.job_id.in_(sorted(set(job_ids))))
+        if model_keys is not None:
+            base.append(Shard.model_key.in_(sorted(set(model_keys))))
+        if exclude_model_keys:
+            base.append(Shard.model_key.not_in(sorted(set(exclude_model_keys))))
         chosen: list[int] = []
         if prefer:
             chosen += _claimable(session, [*base, Shard.model_key.in_(prefer)], limit=limit)
@@ -353,44 +360,81 @@ def _claimable(session: Session, where: list[Any], *, limit: int) -> list[int]:
     return list(session.scalars(query))
 
 
+# Questions already read, per open store. A question row is written once under an id derived from its
+# content and never changes, so a dispatcher that leases shard after shard of a job (whose trials reuse the
+# same questions) reads each one once; reading them was most of a lease (benchmarks/dispatch.py).
+_QUESTIONS: weakref.WeakKeyDictionary[Database, dict[str, Question]] = weakref.WeakKeyDictionary()
+QUESTION_CACHE_SIZE = 200_000
+"""Questions kept per store (MMLU has 14,042); the cache starts afresh beyond this."""
+
+
+def _question_cache(db: Database) -> dict[str, Question]:
+    cache = _QUESTIONS.setdefault(db, {})
+    if len(cache) > QUESTION_CACHE_SIZE:
+        cache.clear()
+    return cache
+
+
 def _shard_specs(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
+    # Rows are read as plain tuples and turned into records with `model_construct`: they were validated when
+    # the job was submitted and never change, and ORM objects plus a second validation of every trial and
+    # question cost several times the queries (benchmarks/dispatch.py).
     if not shard_ids:
         return {}
+    trial = tables.Trial.__table__.c
+    question = tables.Question.__table__.c
     with db.read() as session:
-        shards = session.execute(select(Shard.id, Shard.job_id).where(Shard.id.in_(shard_ids))).all()
-        job_of = {row.id: row.job_id for row in shards}
+        job_of = dict(session.execute(select(Shard.id, Shard.job_id).where(Shard.id.in_(shard_ids))).all())
         specs = {
-            row.id: load_spec(row.spec)
-            for row in session.execute(select(Job.id, Job.spec).where(Job.id.in_(set(job_of.values()))))
+            job_id: load_spec(spec)
+            for job_id, spec in session.execute(
+                select(Job.id, Job.spec).where(Job.id.in_(sorted(set(job_of.values()))))
+            )
         }
         trials: dict[int, list[Trial]] = {shard_id: [] for shard_id in shard_ids}
-        for row in session.scalars(
-            select(tables.Trial)
-            .where(tables.Trial.shard_id.in_(shard_ids))
-            .order_by(tables.Trial.shard_id, tables.Trial.index)
+        for shard_id, index, batch_size, iteration, question_ids, choice_orders, rotation in session.execute(
+            select(
+                trial.shard_id,
+                trial.index,
+                trial.batch_size,
+                trial.iteration,
+                trial.question_ids,
+                trial.choice_orders,
+                trial.rotation,
+            )
+            .where(trial.shard_id.in_(shard_ids))
+            .order_by(trial.shard_id, trial.index)
         ):
-            trials[row.shard_id].append(
-                Trial(
-                    index=row.index,
-                    batch_size=row.batch_size,
-                    iteration=row.iteration,
-                    question_ids=tuple(row.question_ids),
+            trials[shard_id].append(
+                Trial.model_construct(
+                    index=index,
+                    batch_size=batch_size,
+                    iteration=iteration,
+                    question_ids=tuple(question_ids),
                     choice_orders=None
-                    if row.choice_orders is None
-                    else tuple(tuple(order) for order in row.choice_orders),
-                    rotation=row.rotation,
+                    if choice_orders is None
+                    else tuple(tuple(order) for order in choice_orders),
+                    rotation=rotation,
                 )
             )
+        questions = _question_cache(db)
         wanted = sorted(
-            {qid for shard_trials in trials.values() for t in shard_trials for qid in t.question_ids}
+            {
+                qid
+                for shard_trials in trials.values()
+                for t in shard_trials
+                for qid in t.question_ids
+                if qid not in questions
+            }
         )
-        questions: dict[str, Question] = {}
         for start in range(0, len(wanted), IN_CHUNK):
-            for q in session.scalars(
-                select(tables.Question).where(tables.Question.id.in_(wanted[start : start + IN_CHUNK]))
+            for qid, subject, text, choices, answer in session.execute(
+                select(
+                    question.id, question.subject, question.question, question.choices, question.answer
+                ).where(question.id.in_(wanted[start : start + IN_CHUNK]))
             ):
-                questions[q.id] = Question(
-                    id=q.id, subject=q.subject, question=q.question, choices=tuple(q.choices), answer=q.answer
+                questions[qid] = Question.model_construct(
+                    id=qid, subject=subject, question=text, choices=tuple(choices), answer=answer
                 )
     return {
         shard_id: planner.shard_spec(
