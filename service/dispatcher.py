@@ -1,14 +1,16 @@
 """The dispatcher: a Ray driver that feeds shards from the SQL queue to model pools and writes the results.
 
 One loop, no threads: recover expired leases, lease shards (preferring models already loaded), send them to
-actors, wait on Ray, write each result through `service/store.py`, heartbeat what is in flight. On SIGTERM or
-Ctrl-C it stops leasing, lets in-flight shards finish (up to a grace period), releases the rest, and exits.
-Several dispatchers can share one PostgreSQL queue: leases make every shard one dispatcher's at a time, and
-the store writes a shard only while its lease is held.
+actors (several shards to one engine call, see `workers/pool.py`), wait on Ray, write each result through
+`service/store.py`, heartbeat what is in flight. On SIGTERM or Ctrl-C it stops leasing, lets in-flight
+shards finish (up to a grace period), releases the rest, and exits. Several dispatchers can share one
+PostgreSQL queue: leases make every shard one dispatcher's at a time, and the store writes a shard only while
+its lease is held.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -27,6 +29,7 @@ from schemas import PosbiasError, ShardResult
 from service import queue, store
 from service.database import Database
 from service.settings import Settings
+from workers.actor import ShardFailure
 from workers.pool import ModelPools, one_line
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ class Summary:
     shards_discarded: int = 0
     trials_done: int = 0
     loads: dict[str, int] = field(default_factory=dict)
+    load_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds the actors spent loading each model in this run, by model key (from their load reports)."""
     jobs_finished: list[int] = field(default_factory=list)
     seconds: float = 0.0
     interrupted: bool = False
@@ -104,11 +109,14 @@ class Dispatcher:
         )
         self.job_ids = set(job_ids) if job_ids is not None else None
         self.drain_seconds = settings.lease_seconds if drain_seconds is None else drain_seconds
-        self._in_flight: dict[Any, InFlight] = {}
+        self._in_flight: dict[Any, list[InFlight]] = {}
+        """The shards of every call sent to an actor and not yet collected, by the call's ref."""
         self._stop_requests = 0
         self._stopping_since: float | None = None
         self._blocked = False
+        self._last_discovery = 0.0
         self._touched_jobs: set[int] = set()
+        self._load_seconds: dict[str, float] = {}
 
     def request_stop(self) -> None:
         """Stop leasing; in-flight shards finish (or, on a second request, are released now)."""
@@ -133,6 +141,11 @@ class Dispatcher:
         started = time.monotonic()
         last_recover = 0.0
         last_heartbeat = time.monotonic()
+        # Everything alive now (Ray, SQLAlchemy, the caller's plan) lives as long as the loop: out of the
+        # collector's sight, a full collection scans only what the loop made. Each shard makes about a
+        # thousand objects, and with the full heap in view collections cost about as much as leasing
+        # (benchmarks/dispatch.py).
+        gc.freeze()
         with self._signals():
             try:
                 while True:
@@ -154,7 +167,10 @@ class Dispatcher:
                 self._release_in_flight()
                 summary.interrupted = self.stopping
                 summary.loads = dict(self.pools.loads)
+                summary.load_seconds = dict(self._load_seconds)
+                self._load_seconds.clear()
                 summary.seconds = time.monotonic() - started
+                gc.unfreeze()
         return summary
 
     def close(self) -> None:
@@ -165,17 +181,22 @@ class Dispatcher:
 
     def _lease_and_submit(self) -> None:
         slots = self.pools.free_slots()
-        limit = sum(slots.values()) + (0 if self._blocked else 1)
-        if limit <= 0:
+        open_keys = sorted(key for key, free in slots.items() if free > 0)
+        wanted = sum(slots[key] for key in open_keys)
+        leases = self._lease(limit=wanted, model_keys=open_keys) if wanted else []
+        # Shards of models not loaded here, one at a time: when the loaded models' queue is short, when
+        # nothing is loaded, and otherwise once a poll interval (a lease that finds nothing is a write
+        # transaction, too dear to run for every collected call).
+        now = time.monotonic()
+        if not self._blocked and (
+            len(leases) < wanted or not slots or now - self._last_discovery >= self.settings.poll_seconds
+        ):
+            self._last_discovery = now
+            leases += self._lease(limit=1, exclude_model_keys=self.pools.loaded_keys())
+        if not leases:
             return
-        leases = queue.lease(
-            self.db,
-            owner=self.owner,
-            limit=limit,
-            lease_seconds=self.settings.lease_seconds,
-            prefer_model_keys=tuple(self.pools.loaded_keys()),
-            job_ids=self.job_ids,
-        )
+
+        by_key: dict[str, list[queue.Lease]] = {}
         giveback: list[int] = []
         for lease in leases:
             shard = lease.shard
@@ -195,12 +216,34 @@ class Dispatcher:
             if slots.get(key, 0) <= 0:
                 giveback.append(shard.shard_id)
                 continue
-            ref = self.pools.submit(shard)
             slots[key] -= 1
-            self._in_flight[ref] = InFlight(lease=lease, started=time.monotonic())
-            self._touched_jobs.add(shard.job_id)
+            by_key.setdefault(key, []).append(lease)
         if giveback:
             queue.release(self.db, giveback, owner=self.owner)
+        started = time.monotonic()
+        for group in by_key.values():
+            flights = {lease.shard_id: InFlight(lease=lease, started=started) for lease in group}
+            for call in self.pools.submit([lease.shard for lease in group]):
+                self._in_flight[call.ref] = [flights[shard.shard_id] for shard in call.shards]
+            self._touched_jobs.update(lease.shard.job_id for lease in group)
+
+    def _lease(
+        self,
+        *,
+        limit: int,
+        model_keys: Collection[str] | None = None,
+        exclude_model_keys: Collection[str] = (),
+    ) -> list[queue.Lease]:
+        return queue.lease(
+            self.db,
+            owner=self.owner,
+            limit=limit,
+            lease_seconds=self.settings.lease_seconds,
+            prefer_model_keys=tuple(self.pools.loaded_keys()),
+            job_ids=self.job_ids,
+            model_keys=model_keys,
+            exclude_model_keys=exclude_model_keys,
+        )
 
     def _collect(
         self, summary: Summary, *, timeout: float, on_written: Callable[[ShardResult], None] | None
@@ -222,10 +265,12 @@ class Dispatcher:
         event = self.pools.load_finished(ref)
         if event.report is not None:
             log.info("loaded %s in %.1fs", event.report.model.name, event.report.seconds)
+            seconds = self._load_seconds.get(event.model_key, 0.0)
+            self._load_seconds[event.model_key] = seconds + event.report.seconds
         if event.error is not None:
             # The model cannot load: every job waiting on it fails with the loader's error, once, and the
             # dispatcher carries on with other models.
-            for flight in list(self._in_flight.values()):
+            for flight in self._flights():
                 if flight.lease.shard.model_key == event.model_key:
                     self._fail_job(flight.lease.shard.job_id, event.error)
             self.pools.release(event.model_key)
@@ -234,43 +279,64 @@ class Dispatcher:
     def _finish(
         self, ref: Any, summary: Summary, *, on_written: Callable[[ShardResult], None] | None
     ) -> None:
-        flight = self._in_flight.pop(ref)
-        shard = flight.lease.shard
+        flights = self._in_flight.pop(ref)
         try:
-            result: ShardResult = ray.get(ref)
+            outcomes: list[ShardResult | ShardFailure] = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             self.pools.done(ref, actor_failed=False)
             self._blocked = False
-            error = self.pools.pool_error(shard.model_key)
-            if error is not None:
-                self._fail_job(shard.job_id, error)
-            else:
-                queue.fail(self.db, shard.shard_id, owner=self.owner, error=one_line(exc))
-            summary.shards_failed += 1
+            for flight in flights:
+                shard = flight.lease.shard
+                error = self.pools.pool_error(shard.model_key)
+                if error is not None:
+                    self._fail_job(shard.job_id, error)
+                else:
+                    queue.fail(self.db, shard.shard_id, owner=self.owner, error=one_line(exc))
+                summary.shards_failed += 1
             return
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
             self.pools.done(ref, actor_failed=True)
             self._blocked = False
-            queue.fail(self.db, shard.shard_id, owner=self.owner, error=f"worker died: {one_line(exc)}")
-            summary.shards_failed += 1
+            for flight in flights:
+                queue.fail(
+                    self.db,
+                    flight.lease.shard.shard_id,
+                    owner=self.owner,
+                    error=f"worker died: {one_line(exc)}",
+                )
+                summary.shards_failed += 1
             return
         self.pools.done(ref, actor_failed=False)
         self._blocked = False
-        outcome = store.write_shard_result(self.db, result, owner=self.owner)
-        if outcome.written:
-            summary.shards_written += 1
-            summary.trials_done += len(result.trials)
-            if on_written is not None:
-                on_written(result)
-        else:
-            summary.shards_discarded += 1
-            log.info("shard %s discarded: %s", shard.shard_id, outcome.reason)
+        results: list[ShardResult] = []
+        for outcome in outcomes:
+            if isinstance(outcome, ShardFailure):
+                queue.fail(self.db, outcome.shard_id, owner=self.owner, error=outcome.error)
+                summary.shards_failed += 1
+            else:
+                results.append(outcome)
+        if not results:
+            return
+        for result, written in zip(
+            results, store.write_shard_results(self.db, results, owner=self.owner), strict=True
+        ):
+            if written.written:
+                summary.shards_written += 1
+                summary.trials_done += len(result.trials)
+                if on_written is not None:
+                    on_written(result)
+            else:
+                summary.shards_discarded += 1
+                log.info("shard %s discarded: %s", result.shard_id, written.reason)
 
     def _fail_job(self, job_id: int, error: str) -> None:
         queue.fail_job(self.db, job_id, error=f"model failed to load: {error}")
 
+    def _flights(self) -> list[InFlight]:
+        return [flight for call in self._in_flight.values() for flight in call]
+
     def _heartbeat(self) -> None:
-        ids = [flight.lease.shard.shard_id for flight in self._in_flight.values()]
+        ids = [flight.lease.shard.shard_id for flight in self._flights()]
         if ids:
             queue.heartbeat(self.db, ids, owner=self.owner, lease_seconds=self.settings.lease_seconds)
 
@@ -294,7 +360,7 @@ class Dispatcher:
 
     def _release_in_flight(self) -> None:
         if self._in_flight:
-            ids = [flight.lease.shard.shard_id for flight in self._in_flight.values()]
+            ids = [flight.lease.shard.shard_id for flight in self._flights()]
             queue.release(self.db, ids, owner=self.owner)
             self._in_flight.clear()
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas import EngineInfo, ModelInfo, ShardResult, ShardSpec, WorkerConfig
+from schemas import EngineInfo, ModelInfo, ShardResult, ShardSpec, WorkerConfig, first_line
 from workers.engine import Engine
 
 
@@ -25,8 +26,17 @@ class LoadReport:
     pid: int
 
 
+@dataclass(frozen=True)
+class ShardFailure:
+    """A shard of a `run_many` call that raised while the others were answered."""
+
+    shard_id: int
+    error: str
+    """The error as one line."""
+
+
 class ShardActor:
-    """Holds one engine; `run` answers one shard at a time.
+    """Holds one engine; `run` answers one shard, `run_many` several in one engine call.
 
     Wrapped with `ray.remote` by `workers/pool.py`, which sets its resources. The engine is loaded by
     `load()` (so a loader error comes back as that call's error, not as a dead actor) and again lazily
@@ -62,6 +72,31 @@ class ShardActor:
             self.load()
         assert self._engine is not None
         return run_shard(shard, engine=self._engine)
+
+    def run_many(self, shards: Sequence[ShardSpec]) -> list[ShardResult | ShardFailure]:
+        """Run `shards` (of this actor's model) in one engine call; one outcome per shard, in order.
+
+        When the shared call raises, each shard is run again on its own, so that one bad shard fails alone;
+        a single shard's error is raised as `run`'s is.
+        """
+        from workers.shard import run_shard, run_shards
+
+        if self._engine is None:
+            self.load()
+        assert self._engine is not None
+        if len(shards) == 1:
+            return [run_shard(shards[0], engine=self._engine)]
+        try:
+            return list(run_shards(shards, engine=self._engine))
+        except Exception:
+            outcomes: list[ShardResult | ShardFailure] = []
+            for shard in shards:
+                try:
+                    outcomes.append(run_shard(shard, engine=self._engine))
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {first_line(exc)}"
+                    outcomes.append(ShardFailure(shard_id=shard.shard_id, error=error))
+            return outcomes
 
     def pid(self) -> int:
         """The actor's process id (tests kill it to simulate a crashed worker)."""

@@ -1,5 +1,10 @@
 """Pools of `ShardActor`s, one pool per loaded model, sized to what the Ray cluster has free.
 
+Shards go to an actor in calls of up to `shards_per_call`, each answered in one engine call: vLLM batches
+only within a call, so one shard per call (about 500 questions) leaves a GPU's batch half empty and pays the
+decode tail of every call (benchmarks/throughput.py). Each actor holds `depth` calls, so the next one is
+queued while the last one's results travel back and are written.
+
 Models stay loaded while they have queued work; a model with no queued or running work is released when
 another model needs its GPUs (or CPUs, for the CPU build). Actor restarts are bounded, and a shard whose actor
 dies is reported to the caller, which fails it back to the queue: it is never retried inside Ray.
@@ -9,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +24,9 @@ from schemas import EngineName, ShardSpec, WorkerConfig
 from workers.actor import LoadReport, ShardActor
 
 MAX_ACTOR_RESTARTS = 3
+SHARDS_PER_CALL = 8
+"""Shards per engine call at most: about 4,000 questions at the planner's shard size (400 prompts at N = 10,
+80 at N = 50), enough to fill a GPU's batch; more would only delay results and lose more to a dead actor."""
 
 
 @dataclass
@@ -27,6 +35,7 @@ class Member:
 
     handle: Any
     in_flight: int = 0
+    """Calls sent to it and not yet collected."""
 
 
 @dataclass
@@ -43,6 +52,7 @@ class Pool:
 
     @property
     def in_flight(self) -> int:
+        """Calls in flight on the pool's actors."""
         return sum(m.in_flight for m in self.members)
 
 
@@ -53,6 +63,15 @@ class Placement:
     num_cpus: float
     num_gpus: float
     actors: int
+
+
+@dataclass(frozen=True)
+class Call:
+    """Shards sent to one actor together, answered in one engine call."""
+
+    ref: Any
+    """The object ref of the actor's `run_many`: a list of `ShardResult` or `ShardFailure`, in order."""
+    shards: tuple[ShardSpec, ...]
 
 
 @dataclass(frozen=True)
@@ -67,14 +86,23 @@ class LoadEvent:
 class ModelPools:
     """Every pool this dispatcher holds; the dispatcher's only door to Ray actors."""
 
-    def __init__(self, *, config: WorkerConfig, actors_per_model: int | None = None, depth: int = 2) -> None:
-        """`depth`: shards queued per actor, so the engine starts the next one while the last is written."""
+    def __init__(
+        self,
+        *,
+        config: WorkerConfig,
+        actors_per_model: int | None = None,
+        depth: int = 2,
+        shards_per_call: int = SHARDS_PER_CALL,
+    ) -> None:
+        """`depth`: calls queued per actor, so the engine starts the next one while the last is written;
+        `shards_per_call`: shards one call (one engine call) may hold."""
         self._config = config
         self._actors_per_model = actors_per_model
         self._depth = depth
+        self._shards_per_call = shards_per_call
         self._pools: dict[str, Pool] = {}
         self._owners: dict[Any, tuple[str, Member]] = {}
-        """The pool and actor of every outstanding `run` ref."""
+        """The pool and actor of every outstanding call, by its ref."""
         self.loads: Counter[str] = Counter()
         """Model loads requested, by model key (restarts included)."""
 
@@ -98,7 +126,7 @@ class ModelPools:
     def free_slots(self) -> dict[str, int]:
         """Shards each loaded, healthy model can take now."""
         return {
-            key: sum(self._depth - m.in_flight for m in pool.members)
+            key: sum(self._depth - m.in_flight for m in pool.members) * self._shards_per_call
             for key, pool in self._pools.items()
             if pool.error is None and pool.members
         }
@@ -164,17 +192,43 @@ class ModelPools:
 
     # --- work -----------------------------------------------------------------------------------------
 
-    def submit(self, shard: ShardSpec) -> Any:
-        """Send `shard` to the least busy actor of its model; returns the object ref of its result."""
-        pool = self._pools[shard.model_key]
-        member = min(pool.members, key=lambda m: m.in_flight)
-        member.in_flight += 1
-        ref = member.handle.run.remote(shard)
-        self._owners[ref] = (pool.model_key, member)
-        return ref
+    def submit(self, shards: Sequence[ShardSpec]) -> list[Call]:
+        """Send `shards` (of one model, at most its free slots) to its actors and return the calls made.
+
+        As few calls as `shards_per_call` allows, but one for each idle actor while there are shards enough;
+        idle actors first, then round robin. Shards stay in order, so a call holds neighbouring shards.
+        """
+        if not shards:
+            return []
+        pool = self._pools[shards[0].model_key]
+        # One entry per free call slot; sorting by the calls the actor would then hold spreads the shards.
+        slots = sorted(
+            (
+                (m.in_flight + k, number, m)
+                for number, m in enumerate(pool.members)
+                for k in range(self._depth - m.in_flight)
+            ),
+            key=lambda slot: (slot[0], slot[1]),
+        )
+        idle = sum(1 for m in pool.members if m.in_flight == 0)
+        calls = max(math.ceil(len(shards) / self._shards_per_call), min(len(shards), idle))
+        if calls > len(slots):
+            raise ValueError(f"{len(shards)} shards do not fit the model's free slots")
+        sent: list[Call] = []
+        start = 0
+        for number in range(calls):
+            size = len(shards) // calls + (1 if number < len(shards) % calls else 0)
+            batch = tuple(shards[start : start + size])
+            start += size
+            member = slots[number][2]
+            member.in_flight += 1
+            ref = member.handle.run_many.remote(batch)
+            self._owners[ref] = (pool.model_key, member)
+            sent.append(Call(ref=ref, shards=batch))
+        return sent
 
     def done(self, ref: Any, *, actor_failed: bool) -> None:
-        """Account for a finished `run` ref; after an actor failure, reload it (Ray restarts the process)."""
+        """Account for a finished call; after an actor failure, reload it (Ray restarts the process)."""
         key, member = self._owners.pop(ref)
         member.in_flight -= 1
         pool = self._pools.get(key)

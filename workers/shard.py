@@ -1,10 +1,12 @@
-"""Running one shard on an engine: render, generate in one call, parse, and record every answer."""
+"""Running shards on an engine: render, generate in one call, parse, and record every answer."""
 
 from __future__ import annotations
 
 import bisect
 import math
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from schemas import (
     AnswerMode,
@@ -27,9 +29,57 @@ def run_shard(shard: ShardSpec, *, engine: Engine) -> ShardResult:
     A trial whose prompt plus output budget does not fit the engine's context is skipped with its reason,
     not sent. A failed parse is recorded as not correct, with the parse status saying why.
     """
+    return run_shards([shard], engine=engine)[0]
+
+
+def run_shards(shards: Sequence[ShardSpec], *, engine: Engine) -> list[ShardResult]:
+    """Answer the trials of several shards of one model in as few `generate` calls as their sampling
+    settings allow (one, for greedy decoding), and return one result per shard, in order.
+
+    vLLM batches only the prompts of one call, and each call ends with a tail of decode steps over ever fewer
+    sequences, so a few shards in one call answer faster than one call each (benchmarks/throughput.py). A
+    shard with a sampling seed gets a call of its own, since request i of a call samples with seed + i.
+    Each result's `generate_seconds` is its share of its call's time, by prompt count.
+    """
+    prepared = [_prepare(shard, engine=engine) for shard in shards]
+    calls: dict[tuple[float, float, int | None, int], list[_Prepared]] = {}
+    for number, work in enumerate(prepared):
+        sampling = work.shard.sampling
+        alone = number if sampling.seed is not None else -1
+        calls.setdefault((sampling.temperature, sampling.top_p, sampling.seed, alone), []).append(work)
+    for (temperature, top_p, seed, _), members in calls.items():
+        requests = [request for work in members for _, _, request in work.to_run]
+        if not requests:
+            continue
+        started = time.perf_counter()
+        generations = engine.generate(requests, temperature=temperature, top_p=top_p, seed=seed)
+        seconds = time.perf_counter() - started
+        if len(generations) != len(requests):
+            raise RuntimeError(f"the engine answered {len(generations)} of {len(requests)} prompts")
+        offset = 0
+        for work in members:
+            count = len(work.to_run)
+            work.generations = generations[offset : offset + count]
+            work.generate_seconds = seconds * count / len(requests)
+            offset += count
+    return [_finish(work, engine=engine) for work in prepared]
+
+
+@dataclass
+class _Prepared:
+    """One shard's rendered prompts, before and after the engine call."""
+
+    shard: ShardSpec
+    to_run: list[tuple[Trial, RenderedPrompt, GenerationRequest]]
+    skipped: dict[int, TrialResult]
+    generations: list[Generation] = field(default_factory=list)
+    generate_seconds: float = 0.0
+
+
+def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
     constrained = shard.answer_mode is AnswerMode.constrained
     to_run: list[tuple[Trial, RenderedPrompt, GenerationRequest]] = []
-    trial_results: dict[int, TrialResult] = {}
+    skipped: dict[int, TrialResult] = {}
     for trial in shard.trials:
         rendered = render(
             trial,
@@ -41,7 +91,7 @@ def run_shard(shard: ShardSpec, *, engine: Engine) -> ShardResult:
         prompt_tokens = len(rendered.token_ids or ())
         max_tokens = shard.sampling.max_tokens_for(trial.batch_size, answer_mode=shard.answer_mode)
         if prompt_tokens + max_tokens > engine.max_model_len:
-            trial_results[trial.index] = TrialResult(
+            skipped[trial.index] = TrialResult(
                 trial_index=trial.index,
                 status=TrialStatus.skipped,
                 skip_reason=f"prompt is {prompt_tokens} tokens (+{max_tokens} for the answers); "
@@ -57,23 +107,15 @@ def run_shard(shard: ShardSpec, *, engine: Engine) -> ShardResult:
             answer_key=rendered.answer_key,
         )
         to_run.append((trial, rendered, request))
+    return _Prepared(shard=shard, to_run=to_run, skipped=skipped)
 
-    generate_seconds = 0.0
-    generations: list[Generation] = []
-    if to_run:
-        started = time.perf_counter()
-        generations = engine.generate(
-            [request for _, _, request in to_run],
-            temperature=shard.sampling.temperature,
-            top_p=shard.sampling.top_p,
-            seed=shard.sampling.seed,
-        )
-        generate_seconds = time.perf_counter() - started
-        if len(generations) != len(to_run):
-            raise RuntimeError(f"the engine answered {len(generations)} of {len(to_run)} prompts")
 
+def _finish(work: _Prepared, *, engine: Engine) -> ShardResult:
+    shard = work.shard
+    constrained = shard.answer_mode is AnswerMode.constrained
+    trial_results = dict(work.skipped)
     results: list[QuestionResult] = []
-    for (trial, rendered, _), generation in zip(to_run, generations, strict=True):
+    for (trial, rendered, _), generation in zip(work.to_run, work.generations, strict=True):
         trial_results[trial.index] = TrialResult(
             trial_index=trial.index,
             status=TrialStatus.done,
@@ -93,7 +135,7 @@ def run_shard(shard: ShardSpec, *, engine: Engine) -> ShardResult:
         results=tuple(results),
         model=engine.model_info,
         engine=engine.info,
-        generate_seconds=generate_seconds,
+        generate_seconds=work.generate_seconds,
     )
 
 

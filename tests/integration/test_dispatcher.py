@@ -186,7 +186,7 @@ def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
     from service import database
 
     with database.connect(postgres_url) as db:
-        job = make_job(db, batch_sizes=(2, 4), iterations=12, shard_size=1, fake={"delay_s": 0.15}).job_id
+        job = make_job(db, batch_sizes=(2, 4), iterations=40, shard_size=1, fake={"delay_s": 0.1}).job_id
         shards = len(queue.job_shards(db, job))
         workers = [worker_process(postgres_url, tmp_path, "--until-empty") for _ in range(2)]
         summaries = [summary_of(w) for w in workers]
