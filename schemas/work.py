@@ -180,7 +180,11 @@ class ShardResult(Record):
     results: tuple[QuestionResult, ...] = Field(description="One entry per (done trial, position).")
     model: ModelInfo = Field(description="The model's metadata.")
     engine: EngineInfo = Field(description="The engine that ran it.")
-    generate_seconds: float = Field(ge=0.0, description="Wall time of the engine call.")
+    generate_seconds: float = Field(
+        ge=0.0,
+        description="The shard's share of its engine call's wall time (a call may answer several shards; "
+        "each gets the share of its prompts).",
+    )
 
 
 class WorkerConfig(Record):

@@ -16,9 +16,9 @@ from schemas import Design, JobSpec, Plan, PlannedShard, Question, ShardSpec, Tr
 from service.datasets import QuestionPool, check_pool
 
 QUESTIONS_PER_SHARD = 500
-"""Default shard size in questions. A shard is one engine call: about 500 questions keeps a call long enough
-to batch well on a GPU (10 prompts at N = 50, 500 at N = 1) and short enough that a lost lease costs minutes,
-not hours."""
+"""Default shard size in questions: the unit of leasing and of retry. About 500 questions (10 prompts at
+N = 50, 500 at N = 1) keeps a lost lease cheap (minutes, not hours); an actor answers up to
+`workers.pool.SHARDS_PER_CALL` shards of one model in one engine call, so small shards still batch well."""
 
 _SAMPLE_STREAM = 0
 _SHUFFLE_STREAM = 1
