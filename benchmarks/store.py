@@ -5,10 +5,13 @@ scan of the results, side by side in one run.
     python benchmarks/store.py --rows 100000 --curve-rows 1000000   # a quick look
     python benchmarks/store.py --profile            # also: where PostgreSQL ingest time goes
 
-Ingest goes through `store.write_shard_result` (lease held, COPY / executemany, curve totals, job status),
-with realistic shards: batch size 50, 20 trials per shard (1,000 results a shard). Building each worker
-result is not timed; writing it is. The curve table is built in SQL (generate_series on PostgreSQL, a
-recursive CTE on SQLite), since going through ingest for 10M rows would only re-measure ingest.
+Ingest goes through `store.write_shard_results` (lease held, COPY / executemany, curve totals, job status),
+with realistic shards: batch size 50, 20 trials per shard (1,000 results a shard), written two ways: one
+shard per transaction, and the shards of one engine call (`workers.pool.SHARDS_PER_CALL`) per transaction,
+as the dispatcher writes them. Building each worker result is not timed; writing it is.
+
+The curve table is built in SQL (generate_series on PostgreSQL, a recursive CTE on SQLite), since going
+through ingest for 10M rows would only re-measure ingest.
 
 It starts its own throwaway PostgreSQL server (service/throwaway_postgres.py; durable settings: fsync and
 synchronous commit on) and a SQLite file in a temporary folder (WAL, synchronous=NORMAL).
@@ -46,6 +49,7 @@ from schemas import (
 from service import database, planner, queue, store, throwaway_postgres
 from service.database import Database
 from service.datasets import QuestionPool
+from workers.pool import SHARDS_PER_CALL
 
 BATCH_SIZE = 50
 TRIALS_PER_SHARD = 20
@@ -63,8 +67,10 @@ class Ingest:
 
     rows: int
     shards: int
+    per_write: int
+    """Shards written per transaction."""
     seconds: float
-    """Time inside `write_shard_result` only."""
+    """Time inside `write_shard_results` only."""
 
     @property
     def rows_per_second(self) -> float:
@@ -156,8 +162,9 @@ def fake_result(shard: ShardSpec, rng: random.Random) -> ShardResult:
     )
 
 
-def ingest(url: str, *, rows: int, profile: cProfile.Profile | None = None) -> Ingest:
-    """Submit a job of `rows` results, lease every shard, and write a result for each."""
+def ingest(url: str, *, rows: int, per_write: int, profile: cProfile.Profile | None = None) -> Ingest:
+    """Submit a job of `rows` results, lease every shard, and write a result for each, `per_write` shards
+    per transaction."""
     database.upgrade(url)
     spec = JobSpec.model_validate(
         {
@@ -173,20 +180,21 @@ def ingest(url: str, *, rows: int, profile: cProfile.Profile | None = None) -> I
     seconds = 0.0
     with database.connect(url) as db:
         queue.submit(db, spec, planner.plan(spec, pool=question_pool()))
-        while leases := queue.lease(db, owner="bench", limit=50, lease_seconds=3600):
-            for lease in leases:
-                result = fake_result(lease.shard, rng)
+        while leases := queue.lease(db, owner="bench", limit=per_write * 8, lease_seconds=3600):
+            for start in range(0, len(leases), per_write):
+                results = [fake_result(lease.shard, rng) for lease in leases[start : start + per_write]]
                 if profile is not None:
                     profile.enable()
                 started = time.perf_counter()
-                outcome = store.write_shard_result(db, result, owner="bench")
+                outcomes = store.write_shard_results(db, results, owner="bench")
                 seconds += time.perf_counter() - started
                 if profile is not None:
                     profile.disable()
-                assert outcome.written, outcome.reason
-                written += outcome.results
-                shards += 1
-    return Ingest(rows=written, shards=shards, seconds=seconds)
+                for outcome in outcomes:
+                    assert outcome.written, outcome.reason
+                    written += outcome.results
+                shards += len(results)
+    return Ingest(rows=written, shards=shards, per_write=per_write, seconds=seconds)
 
 
 # --- the curve table ----------------------------------------------------------------------------------
@@ -326,23 +334,34 @@ def main() -> None:
             return {"postgresql": server.create_database(name), "sqlite": f"sqlite:///{Path(tmp) / name}.db"}
 
         profile = cProfile.Profile() if args.profile else None
-        targets = urls("ingest")
-        done = {
-            "postgresql": ingest(targets["postgresql"], rows=args.rows, profile=profile),
-            "sqlite": ingest(targets["sqlite"], rows=args.rows),
-        }
-        pg, lite = done["postgresql"], done["sqlite"]
+        done: dict[tuple[str, int], Ingest] = {}
+        for per_write in (1, SHARDS_PER_CALL):
+            targets = urls(f"ingest{per_write}")
+            for name, url in targets.items():
+                done[name, per_write] = ingest(
+                    url,
+                    rows=args.rows,
+                    per_write=per_write,
+                    profile=profile if (name, per_write) == ("postgresql", 1) else None,
+                )
+        some = done["postgresql", 1]
         print(
-            f"\ningest through write_shard_result: {pg.rows:,} rows in {pg.shards:,} shards of "
-            f"{pg.rows // pg.shards:,}"
+            f"\ningest through write_shard_results: {some.rows:,} rows in {some.shards:,} shards of "
+            f"{some.rows // some.shards:,}, 1 shard per transaction or {SHARDS_PER_CALL} (one engine call's, "
+            "as the dispatcher writes)"
         )
-        print(f"  {'':12}{'rows/s':>12}{'seconds':>10}{'ms/shard':>10}")
-        for name, figures in done.items():
+        print(f"  {'':12}{'shards/txn':>11}{'rows/s':>10}{'seconds':>9}{'ms/shard':>10}")
+        for (name, per_write), figures in done.items():
             print(
-                f"  {name:12}{figures.rows_per_second:12,.0f}{figures.seconds:10.2f}"
+                f"  {name:12}{per_write:11}{figures.rows_per_second:10,.0f}{figures.seconds:9.2f}"
                 f"{figures.seconds / figures.shards * 1000:10.2f}"
             )
-        print(f"  postgresql / sqlite: {pg.rows_per_second / lite.rows_per_second:.2f}x")
+        for per_write in (1, SHARDS_PER_CALL):
+            ratio = done["postgresql", per_write].rows_per_second / done["sqlite", per_write].rows_per_second
+            print(f"  postgresql / sqlite, {per_write} per transaction: {ratio:.2f}x")
+        for name in ("postgresql", "sqlite"):
+            gain = done[name, SHARDS_PER_CALL].rows_per_second / done[name, 1].rows_per_second
+            print(f"  {name}: {SHARDS_PER_CALL} shards per transaction / 1: {gain:.2f}x")
 
         curves = {name: curve_times(url, rows=args.curve_rows) for name, url in urls("curve").items()}
         print(
@@ -362,7 +381,9 @@ def main() -> None:
         )
 
     if profile is not None:
-        print("\nPostgreSQL ingest profile (inside write_shard_result, by own time):")
+        print(
+            "\nPostgreSQL ingest profile (1 shard per transaction, inside write_shard_results, by own time):"
+        )
         pstats.Stats(profile).sort_stats("tottime").print_stats(15)
 
 
