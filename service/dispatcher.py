@@ -65,26 +65,55 @@ def default_owner(settings: Settings) -> str:
     return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+RAY_CLIENT_ATTEMPTS = 3
+"""Tries at a Ray Client connection that the cluster answers but cannot set up (see `init_ray`)."""
+
+
 def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
     """Connect to the Ray cluster named by `settings.ray_address` (`local` starts one in this process)."""
     if ray.is_initialized():
         return
-    try:
-        if settings.ray_address == "local":
-            ray.init(
-                address="local",
-                num_cpus=num_cpus or os.cpu_count() or 1,
-                include_dashboard=False,
-                log_to_driver=settings.debug,
-                configure_logging=False,
+    for attempt in range(1, RAY_CLIENT_ATTEMPTS + 1):
+        try:
+            if settings.ray_address == "local":
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    log_to_driver=settings.debug,
+                    configure_logging=False,
+                )
+            else:
+                ray.init(address=settings.ray_address, log_to_driver=settings.debug, configure_logging=False)
+            return
+        except ConnectionAbortedError as exc:
+            # Ray Client's server answered but could not start this client's session: on a head that has
+            # just started, its runtime-env agent may not be up yet (seen under load, and what compose
+            # does when it starts the head and a worker together). Worth another try; a wrong address or
+            # token (a plain ConnectionError) is not.
+            reason = last_line(exc)
+            if attempt == RAY_CLIENT_ATTEMPTS:
+                raise PosbiasError(
+                    f"the Ray cluster at {settings.ray_address!r} refused {attempt} sessions ({reason}); "
+                    "see ray_client_server*.err in the head's Ray logs"
+                ) from None
+            log.warning(
+                "Ray Client session refused (%s); trying again (%d of %d)",
+                reason,
+                attempt + 1,
+                RAY_CLIENT_ATTEMPTS,
             )
-        else:
-            ray.init(address=settings.ray_address, log_to_driver=settings.debug, configure_logging=False)
-    except ConnectionError as exc:
-        raise PosbiasError(
-            f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc)}); start it with "
-            "`ray start --head`, or use --ray-address local"
-        ) from None
+        except ConnectionError as exc:
+            raise PosbiasError(
+                f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc)}); start it with "
+                "`ray start --head`, or use --ray-address local"
+            ) from None
+
+
+def last_line(exc: BaseException) -> str:
+    """The last non-empty line of `exc`'s message: the cause, when the message carries a remote traceback."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 class Dispatcher:

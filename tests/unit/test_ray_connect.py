@@ -1,0 +1,62 @@
+"""How `posbias worker` connects to a Ray cluster: which refusals it tries again, and what it says when it
+gives up. `ray.init` is replaced here (the real connections are in tests/deploy/test_ray_wiring.py); the
+refusals are the exceptions Ray Client raises."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from schemas import PosbiasError
+from service import dispatcher
+from service.settings import Settings
+
+CLIENT = Settings(ray_address="ray://head:10001")
+# What Ray Client raises when its proxy answers but cannot start this client's server (a head whose
+# runtime-env agent is not up yet): the proxy's traceback, with the cause on its last line.
+REFUSED = ConnectionAbortedError(
+    'Initialization failure from server:\nTraceback (most recent call last):\n  File "proxier.py"\n'
+    "RuntimeError: Starting Ray client server failed. See ray_client_server_23000.err for detailed logs."
+)
+
+
+def connect_with(monkeypatch: pytest.MonkeyPatch, outcomes: list[BaseException | None]) -> list[str]:
+    """Replace `ray.init` by one that meets `outcomes` in turn (None: connected); the addresses it got."""
+    calls: list[str] = []
+
+    def init(*, address: str, **_: object) -> None:
+        calls.append(address)
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    return calls
+
+
+def test_a_session_the_cluster_cannot_set_up_yet_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = connect_with(monkeypatch, [REFUSED, REFUSED, None])
+    dispatcher.init_ray(CLIENT)
+    assert calls == ["ray://head:10001"] * 3
+
+
+def test_after_the_last_refusal_the_error_names_the_cause_and_where_to_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = connect_with(monkeypatch, [REFUSED] * dispatcher.RAY_CLIENT_ATTEMPTS)
+    with pytest.raises(PosbiasError) as raised:
+        dispatcher.init_ray(CLIENT)
+    message = str(raised.value)
+    assert len(calls) == dispatcher.RAY_CLIENT_ATTEMPTS
+    assert "\n" not in message
+    assert "Starting Ray client server failed" in message and "ray_client_server" in message
+
+
+def test_an_unreachable_cluster_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = connect_with(monkeypatch, [ConnectionError("ray client connection timeout")])
+    with pytest.raises(
+        PosbiasError, match=r"cannot reach the Ray cluster at 'ray://head:10001'.*ray start --head"
+    ):
+        dispatcher.init_ray(CLIENT)
+    assert len(calls) == 1
