@@ -1,7 +1,7 @@
 """pydantic models every part of posbias shares. No I/O happens here."""
 
 from schemas.curve import Comparison, Curve, CurvePoint, DiffPoint, Interval
-from schemas.errors import ConflictError, NotFoundError, PosbiasError, first_line
+from schemas.errors import ConflictError, NotFoundError, PosbiasError, first_line, last_line
 from schemas.job import (
     AnswerMode,
     ChatTemplateUse,
@@ -65,4 +65,5 @@ __all__ = [
     "TrialStatus",
     "WorkerConfig",
     "first_line",
+    "last_line",
 ]

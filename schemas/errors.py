@@ -26,3 +26,12 @@ def first_line(exc: BaseException) -> str:
         if line.strip():
             return line.strip()
     return type(exc).__name__
+
+
+def last_line(exc: BaseException) -> str:
+    """The last non-empty line of `exc`'s message, or the exception type's name when it has none: the cause,
+    when the message carries a remote traceback (as Ray Client's refusals do)."""
+    for line in reversed(str(exc).splitlines()):
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__

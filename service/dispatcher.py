@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from schemas import PosbiasError, ShardResult
+from schemas import PosbiasError, ShardResult, last_line
 from service import queue, store
 from service.database import Database
 from service.settings import Settings
@@ -108,12 +108,6 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
                 f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc)}); start it with "
                 "`ray start --head`, or use --ray-address local"
             ) from None
-
-
-def last_line(exc: BaseException) -> str:
-    """The last non-empty line of `exc`'s message: the cause, when the message carries a remote traceback."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
 
 
 class Dispatcher:
