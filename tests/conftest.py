@@ -1,9 +1,15 @@
-"""Fixtures every tier may use: a throwaway PostgreSQL server for the session, and the MMLU copy."""
+"""Fixtures every tier may use: a throwaway PostgreSQL server for the session, the MMLU copy, and a local
+webhook receiver."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -30,3 +36,39 @@ def mmlu_dir() -> Path:
             pytrace=False,
         )
     return folder
+
+
+@pytest.fixture
+def webhook() -> Iterator[SimpleNamespace]:
+    """A local HTTP server standing in for a chat webhook: `url`, `received` (the JSON bodies it accepted),
+    and `statuses`, answers to give before it accepts (then 200)."""
+    received: list[dict[str, Any]] = []
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                status = statuses.pop(0) if statuses else 200
+                if status == 200:
+                    received.append(body)
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield SimpleNamespace(
+            url=f"http://127.0.0.1:{server.server_address[1]}/hooks/secret-token",
+            received=received,
+            statuses=statuses,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -8,13 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 import yaml
 
@@ -44,35 +41,8 @@ def checkpoint(folder: Path, name: str, *, weights: bool = True, hook: dict[str,
     return path
 
 
-@pytest.fixture
-def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A local HTTP server standing in for a chat webhook: its URL and the JSON bodies it received."""
-    received: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-def test_a_schedule_from_add_to_remove(
-    posbias: Posbias, tmp_path: Path, webhook: tuple[str, list[dict[str, Any]]]
-) -> None:
-    url, received = webhook
+def test_a_schedule_from_add_to_remove(posbias: Posbias, tmp_path: Path, webhook: SimpleNamespace) -> None:
+    url, received = webhook.url, webhook.received
     posbias("db", "upgrade")
     run = tmp_path / "run"
     checkpoint(run, "checkpoint-1000")

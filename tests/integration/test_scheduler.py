@@ -13,9 +13,8 @@ import hashlib
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -254,42 +253,6 @@ def concurrent_ticks(url: str, settings: Settings) -> list[scheduler.TickReport]
 
     with ThreadPoolExecutor(TICKS) as pool:
         return list(pool.map(one, range(TICKS)))
-
-
-@pytest.fixture
-def webhook() -> Iterator[SimpleNamespace]:
-    """A local HTTP server that records the JSON POSTed to it; `statuses` lists answers to give first
-    (then 200)."""
-    received: list[dict[str, Any]] = []
-    statuses: list[int] = []
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                status = statuses.pop(0) if statuses else 200
-                if status == 200:
-                    received.append(body)
-            self.send_response(status)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield SimpleNamespace(
-            url=f"http://127.0.0.1:{server.server_address[1]}/hooks/secret-token",
-            received=received,
-            statuses=statuses,
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_concurrent_ticks_record_one_checkpoint_one_job_and_one_verdict_each(
