@@ -47,13 +47,13 @@ from typing import Any
 
 import ray
 
-from schemas import JobSpec, ShardResult
-from service import database, planner, queue, store, submission, throwaway_postgres
-from service.database import Database
-from service.dispatcher import Dispatcher
-from service.settings import Settings
-from workers.shard import run_shard
-from workers.testing import FakeEngine
+from posbias.schemas import JobSpec, ShardResult
+from posbias.service import database, planner, queue, store, submission, throwaway_postgres
+from posbias.service.database import Database
+from posbias.service.dispatcher import Dispatcher
+from posbias.service.settings import Settings
+from posbias.workers.shard import run_shard
+from posbias.workers.testing import FakeEngine
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH_SIZE = 10

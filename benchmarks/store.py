@@ -34,7 +34,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from schemas import (
+from posbias.schemas import (
     EngineInfo,
     JobSpec,
     ModelInfo,
@@ -46,10 +46,10 @@ from schemas import (
     TrialResult,
     TrialStatus,
 )
-from service import database, planner, queue, store, throwaway_postgres
-from service.database import Database
-from service.datasets import QuestionPool
-from workers.pool import SHARDS_PER_CALL
+from posbias.service import database, planner, queue, store, throwaway_postgres
+from posbias.service.database import Database
+from posbias.service.datasets import QuestionPool
+from posbias.workers.pool import SHARDS_PER_CALL
 
 BATCH_SIZE = 50
 TRIALS_PER_SHARD = 20

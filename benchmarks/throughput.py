@@ -45,12 +45,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from schemas import AnswerMode, JobSpec, Question, ShardResult, Trial
-from service import database, submission
-from service.database import Database
-from service.dispatcher import Dispatcher, init_ray
-from service.settings import Settings
-from workers.pool import SHARDS_PER_CALL
+from posbias.schemas import AnswerMode, JobSpec, Question, ShardResult, Trial
+from posbias.service import database, submission
+from posbias.service.database import Database
+from posbias.service.dispatcher import Dispatcher, init_ray
+from posbias.service.settings import Settings
+from posbias.workers.pool import SHARDS_PER_CALL
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,8 +100,8 @@ class Run:
 
 def start_raw_llm(spec: JobSpec, *, settings: Settings) -> Any:
     """A `vllm.LLM` started exactly as posbias's `VllmEngine` starts it."""
-    from workers.models import resolve_model
-    from workers.vllm_engine import _start_llm
+    from posbias.workers.models import resolve_model
+    from posbias.workers.vllm_engine import _start_llm
 
     resolved = resolve_model(
         spec.model, revision=spec.revision, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
@@ -115,8 +115,8 @@ def run_raw(llm: Any, spec: JobSpec, trials: Sequence[Trial], questions: dict[st
     from vllm import SamplingParams, TokensPrompt
     from vllm.sampling_params import StructuredOutputsParams
 
-    from workers.prompts import answer_regex, render
-    from workers.vllm_engine import HfTokenizer
+    from posbias.workers.prompts import answer_regex, render
+    from posbias.workers.vllm_engine import HfTokenizer
 
     started = time.perf_counter()
     tokenizer = HfTokenizer(llm.get_tokenizer())
@@ -201,7 +201,7 @@ def start_hf(spec: JobSpec, *, settings: Settings) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from workers.models import resolve_model
+    from posbias.workers.models import resolve_model
 
     resolved = resolve_model(
         spec.model, revision=spec.revision, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
@@ -225,8 +225,8 @@ def run_hf(
     """Render each trial and `generate` its answer greedily, one prompt at a time."""
     import torch
 
-    from workers.prompts import render
-    from workers.vllm_engine import HfTokenizer
+    from posbias.workers.prompts import render
+    from posbias.workers.vllm_engine import HfTokenizer
 
     wrapped = HfTokenizer(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -314,7 +314,7 @@ def timed(label: str, call: Callable[[], Run]) -> Run:
 
 def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Path) -> None:
     """Run one setting and print its table."""
-    from workers.tinymodels import build_tiny_model
+    from posbias.workers.tinymodels import build_tiny_model
 
     if setting.model is None:
         model = str(

@@ -11,8 +11,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from service.database import create_db_engine
-from service.tables import Base
+from posbias.service.database import create_db_engine
+from posbias.service.tables import Base
 
 config = context.config
 target_metadata = Base.metadata
@@ -32,7 +32,7 @@ def command_line_url() -> str:
     url = context.get_x_argument(as_dictionary=True).get("url")
     if url:
         return url
-    from service.settings import Settings
+    from posbias.service.settings import Settings
 
     return Settings().database_url
 

@@ -1,8 +1,8 @@
 """pydantic models every part of posbias shares. No I/O happens here."""
 
-from schemas.curve import Comparison, Curve, CurvePoint, DiffPoint, Interval
-from schemas.errors import ConflictError, NotFoundError, PosbiasError, first_line, last_line
-from schemas.job import (
+from posbias.schemas.curve import Comparison, Curve, CurvePoint, DiffPoint, Interval
+from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, first_line, last_line
+from posbias.schemas.job import (
     AnswerMode,
     ChatTemplateUse,
     DatasetSpec,
@@ -15,7 +15,7 @@ from schemas.job import (
     RotationCostWarning,
     SamplingSpec,
 )
-from schemas.work import (
+from posbias.schemas.work import (
     EngineInfo,
     ModelInfo,
     ParseStatus,

@@ -16,7 +16,7 @@ from typing import Any, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schemas.errors import PosbiasError, first_line
+from posbias.schemas.errors import PosbiasError, first_line
 
 MAX_BATCH_SIZE = 200
 ROTATION_WARN_BATCH_SIZE = 20

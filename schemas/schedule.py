@@ -11,7 +11,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.curve import Interval
+from posbias.schemas.curve import Interval
 
 
 class Record(BaseModel):

@@ -10,7 +10,14 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.job import AnswerMode, ChatTemplateUse, EngineOptions, FakeSpec, PromptTemplate, SamplingSpec
+from posbias.schemas.job import (
+    AnswerMode,
+    ChatTemplateUse,
+    EngineOptions,
+    FakeSpec,
+    PromptTemplate,
+    SamplingSpec,
+)
 
 
 class Record(BaseModel):

@@ -24,5 +24,5 @@ fi
 
 ruff check .
 ruff format --check .
-mypy schemas service workers
+mypy posbias
 python -m pytest tests "$@"

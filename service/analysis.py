@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from schemas import (
+from posbias.schemas import (
     Comparison,
     Curve,
     CurvePoint,

@@ -32,7 +32,7 @@ from rich.progress import (
 from rich.table import Table
 from typer.exceptions import TyperException
 
-from schemas import (
+from posbias.schemas import (
     AnswerMode,
     ChatTemplateUse,
     Comparison,
@@ -44,11 +44,11 @@ from schemas import (
     RotationCostWarning,
     ShardResult,
 )
-from schemas.job import describe_validation_error
-from service import database, queue, report, store
-from service.database import Database
-from service.schedule_cli import schedule_app
-from service.settings import Settings
+from posbias.schemas.job import describe_validation_error
+from posbias.service import database, queue, report, store
+from posbias.service.database import Database
+from posbias.service.schedule_cli import schedule_app
+from posbias.service.settings import Settings
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -338,7 +338,7 @@ def submit(
 
     Example: posbias submit --model google/gemma-2-2b-it --batch-sizes 1,5,10,20,50 --iterations 100
     """
-    from service import submission
+    from posbias.service import submission
 
     settings = _settings(ctx)
     if dry_run:
@@ -404,7 +404,7 @@ def run(
 
     Example: posbias run --model demo --batch-sizes 1,5,10 --iterations 4 --answer-mode constrained
     """
-    from service import submission
+    from posbias.service import submission
 
     settings = _settings(ctx)
     with _database(ctx) as db:
@@ -417,7 +417,7 @@ def run(
         job = queue.get_job(db, job_id)
         curves = report.curves(db, report.CurveQuery(job_id=job_id)) if job.status.value == "done" else []
         if plot is not None and curves:
-            from service.plot import plot_curves
+            from posbias.service.plot import plot_curves
 
             plot_curves(curves, path=plot)
     if as_json:
@@ -451,7 +451,7 @@ def _dispatch(
     until_empty: bool = False,
     max_jobs: int | None = None,
 ) -> Any:
-    from service.dispatcher import Dispatcher, init_ray
+    from posbias.service.dispatcher import Dispatcher, init_ray
 
     init_ray(settings)
     dispatcher = Dispatcher(db, settings=settings, job_ids=job_ids)
@@ -693,7 +693,7 @@ def curve(
             bin_width=bin_width,
         )
     if plot is not None:
-        from service.plot import plot_curves
+        from posbias.service.plot import plot_curves
 
         plot_curves(curves, path=plot)
     if output_format == "json":

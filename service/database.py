@@ -23,8 +23,8 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-import migrations
-from schemas import PosbiasError
+from posbias import migrations
+from posbias.schemas import PosbiasError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 POSTGRES_CONNECT_TIMEOUT_S = 10

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 from urllib.request import getproxies
 
-from schemas import DatasetSpec, JobSpec, PosbiasError, Question, first_line
+from posbias.schemas import DatasetSpec, JobSpec, PosbiasError, Question, first_line
 
 MMLU_HUB_ID = "cais/mmlu"
 DEFAULT_SUBJECT = "default"

@@ -25,12 +25,12 @@ from typing import Any
 
 import ray
 
-from schemas import PosbiasError, ShardResult, last_line
-from service import queue, store
-from service.database import Database
-from service.settings import Settings
-from workers.actor import ShardFailure
-from workers.pool import ModelPools, one_line
+from posbias.schemas import PosbiasError, ShardResult, last_line
+from posbias.service import queue, store
+from posbias.service.database import Database
+from posbias.service.settings import Settings
+from posbias.workers.actor import ShardFailure
+from posbias.workers.pool import ModelPools, one_line
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from schemas import Design, JobSpec, Plan, PlannedShard, Question, ShardSpec, Trial
-from service.datasets import QuestionPool, check_pool
+from posbias.schemas import Design, JobSpec, Plan, PlannedShard, Question, ShardSpec, Trial
+from posbias.service.datasets import QuestionPool, check_pool
 
 QUESTIONS_PER_SHARD = 500
 """Default shard size in questions: the unit of leasing and of retry. About 500 questions (10 prompts at

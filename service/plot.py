@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from schemas import Curve, PosbiasError
+from posbias.schemas import Curve, PosbiasError
 
 
 def plot_curves(

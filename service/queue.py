@@ -22,7 +22,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from schemas import (
+from posbias.schemas import (
     ConflictError,
     EngineInfo,
     JobSpec,
@@ -33,9 +33,9 @@ from schemas import (
     ShardSpec,
     Trial,
 )
-from service import planner, tables
-from service.database import Database
-from service.tables import FINISHED_JOB_STATUSES, Job, JobStatus, Shard, ShardStatus, TrialState
+from posbias.service import planner, tables
+from posbias.service.database import Database
+from posbias.service.tables import FINISHED_JOB_STATUSES, Job, JobStatus, Shard, ShardStatus, TrialState
 
 # Keeps IN lists well under SQLite's and PostgreSQL's bound-parameter limits.
 IN_CHUNK = 1000

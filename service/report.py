@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from schemas import Comparison, Curve, NotFoundError, PosbiasError
-from service import analysis, queue, store
-from service.database import Database
+from posbias.schemas import Comparison, Curve, NotFoundError, PosbiasError
+from posbias.service import analysis, queue, store
+from posbias.service.database import Database
 
 
 class CurveAxis(StrEnum):

@@ -16,13 +16,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from schemas import Interval, PosbiasError
-from schemas.schedule import PositionDrop, RegressionRule
-from service import database, scheduler
-from service.checkpoints import FolderSource, HubSource, Source
-from service.database import Database
-from service.settings import Settings
-from service.tables import HubRevisions
+from posbias.schemas import Interval, PosbiasError
+from posbias.schemas.schedule import PositionDrop, RegressionRule
+from posbias.service import database, scheduler
+from posbias.service.checkpoints import FolderSource, HubSource, Source
+from posbias.service.database import Database
+from posbias.service.settings import Settings
+from posbias.service.tables import HubRevisions
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -359,7 +359,7 @@ def report(
     with _database(ctx) as db:
         found = scheduler.schedule_report(db, name, batch_size=batch_size)
     if plot is not None:
-        from service.plot import plot_curves
+        from posbias.service.plot import plot_curves
 
         drawn = [row for row in found.rows if row.curve is not None]
         if not drawn:

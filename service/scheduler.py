@@ -33,7 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from schemas import (
+from posbias.schemas import (
     ConflictError,
     Curve,
     EngineName,
@@ -43,15 +43,15 @@ from schemas import (
     PosbiasError,
     first_line,
 )
-from schemas.schedule import (
+from posbias.schemas.schedule import (
     FINAL_VERDICTS,
     PositionDrop,
     RegressionRule,
     Verdict,
     VerdictDetail,
 )
-from service import queue, report, store, submission
-from service.checkpoints import (
+from posbias.service import queue, report, store, submission
+from posbias.service.checkpoints import (
     Discovery,
     FolderSource,
     Found,
@@ -64,10 +64,10 @@ from service.checkpoints import (
     scan_folder,
     scan_hub,
 )
-from service.database import Database
-from service.datasets import check_pool, load_questions
-from service.settings import Settings
-from service.tables import (
+from posbias.service.database import Database
+from posbias.service.datasets import check_pool, load_questions
+from posbias.service.settings import Settings
+from posbias.service.tables import (
     FINISHED_JOB_STATUSES,
     Announcement,
     BaselineKind,
@@ -78,8 +78,8 @@ from service.tables import (
     Schedule,
     ScheduleSource,
 )
-from service.verdicts import compare_jobs
-from service.webhook import announce
+from posbias.service.verdicts import compare_jobs
+from posbias.service.webhook import announce
 
 log = logging.getLogger(__name__)
 

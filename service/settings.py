@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from schemas import WorkerConfig
+from posbias.schemas import WorkerConfig
 
 
 def _default_cache_dir() -> Path:

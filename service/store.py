@@ -20,11 +20,11 @@ import sqlalchemy as sa
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from schemas import ModelInfo, NotFoundError, ParseStatus, QuestionResult, ShardResult, TrialStatus
-from service.analysis import CorrectnessMatrix, DistanceRow, PositionCount
-from service.database import Database
-from service.queue import dialect_insert, list_jobs, locked_job, now_utc, settle_job
-from service.tables import CurvePoint, Job, Model, Result, Shard, ShardStatus, Trial
+from posbias.schemas import ModelInfo, NotFoundError, ParseStatus, QuestionResult, ShardResult, TrialStatus
+from posbias.service.analysis import CorrectnessMatrix, DistanceRow, PositionCount
+from posbias.service.database import Database
+from posbias.service.queue import dialect_insert, list_jobs, locked_job, now_utc, settle_job
+from posbias.service.tables import CurvePoint, Job, Model, Result, Shard, ShardStatus, Trial
 
 __all__ = [
     "EXPORT_COLUMNS",

@@ -9,13 +9,13 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from schemas import EngineName, JobSpec, Plan
-from service import planner, queue
-from service.database import Database
-from service.datasets import QuestionPool, check_pool, load_questions
-from service.settings import Settings
-from workers.engine import Tokenizer
-from workers.models import check_model_source
+from posbias.schemas import EngineName, JobSpec, Plan
+from posbias.service import planner, queue
+from posbias.service.database import Database
+from posbias.service.datasets import QuestionPool, check_pool, load_questions
+from posbias.service.settings import Settings
+from posbias.workers.engine import Tokenizer
+from posbias.workers.models import check_model_source
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def submit(db: Database, prepared: Prepared, *, idempotency_key: str | None = No
 def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryRun:
     """Trials, shards and prompt tokens per batch size. Tokens are counted with the model's tokenizer
     when it is on this machine (a few trials per batch size, rendered exactly), else estimated."""
-    from workers.prompts import render
+    from posbias.workers.prompts import render
 
     spec, plan = prepared.spec, prepared.plan
     tokenizer, how = _local_tokenizer(spec, settings=settings)
@@ -113,10 +113,10 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryR
 
 def _local_tokenizer(spec: JobSpec, *, settings: Settings) -> tuple[Tokenizer | None, str]:
     if spec.engine.name is EngineName.fake:
-        from workers.testing import FakeTokenizer
+        from posbias.workers.testing import FakeTokenizer
 
         return FakeTokenizer(), "the fake engine's tokenizer"
-    from workers.models import local_tokenizer
+    from posbias.workers.models import local_tokenizer
 
     tokenizer: Tokenizer | None = local_tokenizer(
         spec.model, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir

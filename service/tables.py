@@ -36,8 +36,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from schemas import ParseStatus
-from schemas.schedule import Verdict
+from posbias.schemas import ParseStatus
+from posbias.schemas.schedule import Verdict
 
 # Named constraints: SQLite batch migrations recreate tables and can only drop constraints that have names.
 NAMING_CONVENTION = {

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from schemas import PosbiasError
+from posbias.schemas import PosbiasError
 
 SUPERUSER = "posbias"
 START_ATTEMPTS = 3  # a free port can be taken by someone else between finding it and binding it

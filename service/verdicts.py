@@ -16,11 +16,11 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from schemas import Interval
-from schemas.schedule import BatchSizeVerdict, PositionDrop, RatioChange, RegressionRule, Verdict
-from service import store
-from service.analysis import CorrectnessMatrix, PositionCount, wilson_interval
-from service.database import Database
+from posbias.schemas import Interval
+from posbias.schemas.schedule import BatchSizeVerdict, PositionDrop, RatioChange, RegressionRule, Verdict
+from posbias.service import store
+from posbias.service.analysis import CorrectnessMatrix, PositionCount, wilson_interval
+from posbias.service.database import Database
 
 MIN_ANSWERS = 20
 """Fewer answers than this at a position (in either job) leave the comparison inconclusive: a Wilson

@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import select, update
 
-from schemas import first_line
-from schemas.schedule import VerdictDetail
-from service.database import Database
-from service.settings import Settings
-from service.tables import Announcement, Checkpoint
+from posbias.schemas import first_line
+from posbias.schemas.schedule import VerdictDetail
+from posbias.service.database import Database
+from posbias.service.settings import Settings
+from posbias.service.tables import Announcement, Checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from service.settings import Settings
-from service.throwaway_postgres import PostgresServer, running
+from posbias.service.settings import Settings
+from posbias.service.throwaway_postgres import PostgresServer, running
 
 REPO = Path(__file__).resolve().parents[1]
 

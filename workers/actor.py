@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas import EngineInfo, ModelInfo, ShardResult, ShardSpec, WorkerConfig, first_line
-from workers.engine import Engine
+from posbias.schemas import EngineInfo, ModelInfo, ShardResult, ShardSpec, WorkerConfig, first_line
+from posbias.workers.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ShardActor:
 
     def load(self) -> LoadReport:
         """Load the model (once); returns its metadata and how long loading took."""
-        from workers.engine import load_engine
+        from posbias.workers.engine import load_engine
 
         started = time.perf_counter()
         if self._engine is None:
@@ -66,7 +66,7 @@ class ShardActor:
 
     def run(self, shard: ShardSpec) -> ShardResult:
         """Run every trial of `shard` in one engine call and return the parsed results."""
-        from workers.shard import run_shard
+        from posbias.workers.shard import run_shard
 
         if self._engine is None:
             self.load()
@@ -79,7 +79,7 @@ class ShardActor:
         When the shared call raises, each shard is run again on its own, so that one bad shard fails alone;
         a single shard's error is raised as `run`'s is.
         """
-        from workers.shard import run_shard, run_shards
+        from posbias.workers.shard import run_shard, run_shards
 
         if self._engine is None:
             self.load()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from schemas import EngineInfo, EngineName, JobSpec, ModelInfo, ShardSpec, WorkerConfig
+from posbias.schemas import EngineInfo, EngineName, JobSpec, ModelInfo, ShardSpec, WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,10 @@ def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
     (the dispatcher fails the job's shards with it).
     """
     if spec.engine.name is EngineName.fake:
-        from workers.testing import FakeEngine
+        from posbias.workers.testing import FakeEngine
 
         return FakeEngine(spec.fake, seed=spec.seed, model=spec.model)
-    from workers.vllm_engine import VllmEngine
+    from posbias.workers.vllm_engine import VllmEngine
 
     return VllmEngine(
         spec.model, revision=spec.revision, tokenizer=spec.tokenizer, options=spec.engine, config=config

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from schemas import ModelInfo, PosbiasError
+from posbias.schemas import ModelInfo, PosbiasError
 
 DEMO_MODEL = "demo"
 """The model name that stands for the demo model on whatever machine runs it."""
@@ -141,7 +141,7 @@ def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str 
     not cached here. Used to count prompt tokens exactly in a dry run."""
     from transformers import AutoTokenizer
 
-    from workers.vllm_engine import HfTokenizer
+    from posbias.workers.vllm_engine import HfTokenizer
 
     source = check_model_source(model)
     if tokenizer is not None and Path(tokenizer).expanduser().is_dir():

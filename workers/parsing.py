@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas import ParseStatus
+from posbias.schemas import ParseStatus
 
 _NUMBERED_LINE = re.compile(
     r"""

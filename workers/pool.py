@@ -20,8 +20,8 @@ from typing import Any
 
 import ray
 
-from schemas import EngineName, ShardSpec, WorkerConfig
-from workers.actor import LoadReport, ShardActor
+from posbias.schemas import EngineName, ShardSpec, WorkerConfig
+from posbias.workers.actor import LoadReport, ShardActor
 
 MAX_ACTOR_RESTARTS = 3
 SHARDS_PER_CALL = 8

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas import ChatTemplateUse, PosbiasError, PromptTemplate, Question, Trial
-from workers.engine import Tokenizer
+from posbias.schemas import ChatTemplateUse, PosbiasError, PromptTemplate, Question, Trial
+from posbias.workers.engine import Tokenizer
 
 _QUESTION_FIELDS = re.compile(r"\{(number|question|choices)\}")
 _CHOICE_FIELDS = re.compile(r"\{(index|text)\}")

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from schemas import (
+from posbias.schemas import (
     AnswerMode,
     ParseStatus,
     QuestionResult,
@@ -18,9 +18,9 @@ from schemas import (
     TrialResult,
     TrialStatus,
 )
-from workers.engine import Engine, Generation, GenerationRequest
-from workers.parsing import ParsedAnswer, parse_answers
-from workers.prompts import RenderedPrompt, answer_regex, option_labels, render
+from posbias.workers.engine import Engine, Generation, GenerationRequest
+from posbias.workers.parsing import ParsedAnswer, parse_answers
+from posbias.workers.prompts import RenderedPrompt, answer_regex, option_labels, render
 
 
 def run_shard(shard: ShardSpec, *, engine: Engine) -> ShardResult:

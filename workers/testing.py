@@ -17,8 +17,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 
-from schemas import EngineInfo, FakeSpec, ModelInfo
-from workers.engine import Encoding, Generation, GenerationRequest
+from posbias.schemas import EngineInfo, FakeSpec, ModelInfo
+from posbias.workers.engine import Encoding, Generation, GenerationRequest
 
 SPECIAL_TOKENS = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<start_of_turn>": 3, "<end_of_turn>": 4}
 CHAT_TEMPLATE = "<bos><start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from schemas import PromptTemplate
+from posbias.schemas import PromptTemplate
 
 Architecture = Literal["llama", "gemma2"]
 

@@ -56,7 +56,7 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[Store]:
-    from service import database, throwaway_postgres
+    from posbias.service import database, throwaway_postgres
 
     with throwaway_postgres.running() as server:
         with psycopg.connect(

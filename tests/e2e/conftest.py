@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from service.throwaway_postgres import PostgresServer
+from posbias.service.throwaway_postgres import PostgresServer
 
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
@@ -72,7 +72,7 @@ def posbias(store_url: str, tmp_path: Path, mmlu_dir: Path) -> Posbias:
             **env,
         }
         done = subprocess.run(
-            [sys.executable, "-m", "service.cli", *args],
+            [sys.executable, "-m", "posbias.service.cli", *args],
             cwd=tmp_path,
             env=environment,
             capture_output=True,

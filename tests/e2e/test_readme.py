@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from service import database
-from service.cli import app
+from posbias.service import database
+from posbias.service.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()

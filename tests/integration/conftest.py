@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from schemas import (
+from posbias.schemas import (
     EngineInfo,
     EngineName,
     JobSpec,
@@ -37,11 +37,11 @@ from schemas import (
     TrialResult,
     TrialStatus,
 )
-from service import database, planner, queue
-from service.database import Database
-from service.datasets import QuestionPool
-from service.settings import Settings
-from service.throwaway_postgres import PostgresServer
+from posbias.service import database, planner, queue
+from posbias.service.database import Database
+from posbias.service.datasets import QuestionPool
+from posbias.service.settings import Settings
+from posbias.service.throwaway_postgres import PostgresServer
 
 POSTGRES_TEMPLATE = "posbias_template"
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]

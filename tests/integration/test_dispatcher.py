@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from service import queue
-from service.database import Database
-from service.dispatcher import Dispatcher
-from service.settings import Settings
-from service.tables import JobStatus, ShardStatus
+from posbias.service import queue
+from posbias.service.database import Database
+from posbias.service.dispatcher import Dispatcher
+from posbias.service.settings import Settings
+from posbias.service.tables import JobStatus, ShardStatus
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -155,7 +155,7 @@ def worker_process(url: str, tmp_path: Path, *extra: str, **env: str) -> subproc
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "worker", "--ray-address", "local", "--json", *extra],
+        [sys.executable, "-m", "posbias.service.cli", "worker", "--ray-address", "local", "--json", *extra],
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -183,7 +183,7 @@ def summary_of(process: subprocess.Popen[str]) -> dict[str, Any]:
 def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
     postgres_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
 ) -> None:
-    from service import database
+    from posbias.service import database
 
     with database.connect(postgres_url) as db:
         job = make_job(db, batch_sizes=(2, 4), iterations=40, shard_size=1, fake={"delay_s": 0.1}).job_id
@@ -202,7 +202,7 @@ def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
 def test_a_dispatcher_killed_mid_job_and_restarted_finishes_it(
     database_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
 ) -> None:
-    from service import database
+    from posbias.service import database
 
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(3,), iterations=10, shard_size=1, fake={"delay_s": 0.3}).job_id
@@ -226,7 +226,7 @@ def test_a_dispatcher_killed_mid_job_and_restarted_finishes_it(
 def test_sigterm_stops_leasing_finishes_in_flight_and_exits_cleanly(
     database_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
 ) -> None:
-    from service import database
+    from posbias.service import database
 
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(2,), iterations=30, shard_size=1, fake={"delay_s": 0.3}).job_id

@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from schemas import PosbiasError
-from service import database
-from service.tables import Base
+from posbias.schemas import PosbiasError
+from posbias.service import database
+from posbias.service.tables import Base
 
 POSBIAS_TABLES = {"models", "jobs", "shards", "trials", "questions", "results", "curve_points"}
 

@@ -10,11 +10,11 @@ import pytest
 import ray
 import sqlalchemy as sa
 
-from schemas import ShardResult, ShardSpec, WorkerConfig
-from service import queue, store
-from service.database import Database
-from service.tables import JobStatus
-from workers.pool import ModelPools
+from posbias.schemas import ShardResult, ShardSpec, WorkerConfig
+from posbias.service import queue, store
+from posbias.service.database import Database
+from posbias.service.tables import JobStatus
+from posbias.workers.pool import ModelPools
 
 MakeJob = Callable[..., queue.Submitted]
 Answer = Callable[..., ShardResult]

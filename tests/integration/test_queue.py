@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from schemas import ConflictError, JobSpec, NotFoundError, ShardResult
-from service import planner, queue, store
-from service.database import Database, connect
-from service.datasets import QuestionPool
-from service.tables import JobStatus, ShardStatus
+from posbias.schemas import ConflictError, JobSpec, NotFoundError, ShardResult
+from posbias.service import planner, queue, store
+from posbias.service.database import Database, connect
+from posbias.service.datasets import QuestionPool
+from posbias.service.tables import JobStatus, ShardStatus
 
 MakeJob = Callable[..., queue.Submitted]
 Answer = Callable[..., ShardResult]

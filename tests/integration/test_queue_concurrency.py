@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
-from schemas import (
+from posbias.schemas import (
     EngineInfo,
     JobSpec,
     ModelInfo,
@@ -26,9 +26,9 @@ from schemas import (
     TrialResult,
     TrialStatus,
 )
-from service import queue, store
-from service.database import connect
-from service.tables import JobStatus, ShardStatus
+from posbias.service import queue, store
+from posbias.service.database import connect
+from posbias.service.tables import JobStatus, ShardStatus
 
 SHARDS = 1_000
 PROCESSES = 4

@@ -22,18 +22,18 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from schemas import ConflictError, NotFoundError, PosbiasError
-from schemas.schedule import RegressionRule, Verdict
-from service import database, queue, scheduler, store
-from service.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
-from service.database import Database
-from service.dispatcher import Dispatcher
-from service.settings import Settings
-from service.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus
-from service.verdicts import MIN_ANSWERS
-from service.webhook import MAX_ANNOUNCE_ATTEMPTS
-from workers.shard import run_shard
-from workers.testing import FakeEngine
+from posbias.schemas import ConflictError, NotFoundError, PosbiasError
+from posbias.schemas.schedule import RegressionRule, Verdict
+from posbias.service import database, queue, scheduler, store
+from posbias.service.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
+from posbias.service.database import Database
+from posbias.service.dispatcher import Dispatcher
+from posbias.service.settings import Settings
+from posbias.service.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus
+from posbias.service.verdicts import MIN_ANSWERS
+from posbias.service.webhook import MAX_ANNOUNCE_ATTEMPTS
+from posbias.workers.shard import run_shard
+from posbias.workers.testing import FakeEngine
 
 # The fake engine's accuracy rises linearly from `first` (position 1) to `last` (position N).
 BASE = {"first": 0.3, "last": 0.8}

@@ -12,11 +12,11 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from schemas import NotFoundError, ShardResult
-from service import queue, store
-from service.analysis import PositionCount, wilson_interval
-from service.database import Database, normalise_url
-from service.tables import JobStatus, ShardStatus
+from posbias.schemas import NotFoundError, ShardResult
+from posbias.service import queue, store
+from posbias.service.analysis import PositionCount, wilson_interval
+from posbias.service.database import Database, normalise_url
+from posbias.service.tables import JobStatus, ShardStatus
 
 MakeJob = Callable[..., queue.Submitted]
 Answer = Callable[..., ShardResult]

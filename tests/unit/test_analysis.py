@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schemas import Curve, Interval, ParseStatus, PosbiasError, QuestionResult
-from service.analysis import (
+from posbias.schemas import Curve, Interval, ParseStatus, PosbiasError, QuestionResult
+from posbias.service.analysis import (
     CorrectnessMatrix,
     DistanceRow,
     PositionCount,

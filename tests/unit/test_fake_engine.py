@@ -8,11 +8,11 @@ import re
 import numpy as np
 import pytest
 
-from schemas import FakeSpec, ParseStatus
-from workers.engine import Engine, GenerationRequest, Tokenizer
-from workers.parsing import parse_answers
-from workers.prompts import answer_regex, option_labels
-from workers.testing import CHAT_TEMPLATE, FakeEngine, FakeTokenizer
+from posbias.schemas import FakeSpec, ParseStatus
+from posbias.workers.engine import Engine, GenerationRequest, Tokenizer
+from posbias.workers.parsing import parse_answers
+from posbias.workers.prompts import answer_regex, option_labels
+from posbias.workers.testing import CHAT_TEMPLATE, FakeEngine, FakeTokenizer
 
 
 def _request(

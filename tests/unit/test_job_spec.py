@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import AnswerMode, EngineName, JobSpec, PosbiasError
+from posbias.schemas import AnswerMode, EngineName, JobSpec, PosbiasError
 
 
 def test_yaml_and_json_give_the_same_spec_and_hash(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas import ParseStatus
-from workers.parsing import parse_answers
+from posbias.schemas import ParseStatus
+from posbias.workers.parsing import parse_answers
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from schemas import Design, JobSpec, PosbiasError, RotationCostWarning, ShardSpec
-from service.datasets import QuestionPool
-from service.planner import QUESTIONS_PER_SHARD, plan, shard_spec
+from posbias.schemas import Design, JobSpec, PosbiasError, RotationCostWarning, ShardSpec
+from posbias.service.datasets import QuestionPool
+from posbias.service.planner import QUESTIONS_PER_SHARD, plan, shard_spec
 
 PoolFactory = Callable[..., QuestionPool]
 

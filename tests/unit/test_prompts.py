@@ -10,11 +10,11 @@ import xgrammar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas import ChatTemplateUse, JobSpec, PosbiasError, PromptTemplate, Question, Trial
-from service.datasets import QuestionPool, question_id
-from service.planner import plan
-from workers.prompts import answer_regex, option_labels, options_phrase, render
-from workers.testing import CHAT_TEMPLATE, FakeTokenizer
+from posbias.schemas import ChatTemplateUse, JobSpec, PosbiasError, PromptTemplate, Question, Trial
+from posbias.service.datasets import QuestionPool, question_id
+from posbias.service.planner import plan
+from posbias.workers.prompts import answer_regex, option_labels, options_phrase, render
+from posbias.workers.testing import CHAT_TEMPLATE, FakeTokenizer
 
 HEADER = (
     "Read the following multiple choice questions and answer them one by one. Your answer for each question "
@@ -101,7 +101,7 @@ def test_token_span_includes_tokens_that_straddle_the_block() -> None:
         """Fixed 7-character tokens, so token edges fall inside question blocks."""
 
         def encode(self, text: str, *, add_special_tokens: bool) -> object:  # type: ignore[override]
-            from workers.engine import Encoding
+            from posbias.workers.engine import Encoding
 
             offsets = [(i, min(i + 7, len(text))) for i in range(0, len(text), 7)]
             return Encoding(ids=list(range(len(offsets))), offsets=offsets)

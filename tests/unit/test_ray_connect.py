@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import ray
 
-from schemas import PosbiasError
-from service import dispatcher
-from service.settings import Settings
+from posbias.schemas import PosbiasError
+from posbias.service import dispatcher
+from posbias.service.settings import Settings
 
 CLIENT = Settings(ray_address="ray://head:10001")
 # What Ray Client raises when its proxy answers but cannot start this client's server (a head whose

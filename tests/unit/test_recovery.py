@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schemas import JobSpec
-from service.analysis import CorrectnessMatrix, build_curve, count_positions
-from service.datasets import QuestionPool
-from service.planner import plan, shard_spec
-from workers.shard import run_shard
-from workers.testing import FakeEngine
+from posbias.schemas import JobSpec
+from posbias.service.analysis import CorrectnessMatrix, build_curve, count_positions
+from posbias.service.datasets import QuestionPool
+from posbias.service.planner import plan, shard_spec
+from posbias.workers.shard import run_shard
+from posbias.workers.testing import FakeEngine
 
 BATCH_SIZE = 50
 FIRST, LAST = 0.25, 0.55

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from schemas import (
+from posbias.schemas import (
     AnswerMode,
     ChatTemplateUse,
     JobSpec,
@@ -16,11 +16,11 @@ from schemas import (
     ShardSpec,
     TrialStatus,
 )
-from service.datasets import QuestionPool
-from service.planner import plan, shard_spec
-from workers.prompts import render
-from workers.shard import run_shard
-from workers.testing import FakeEngine, FakeTokenizer
+from posbias.service.datasets import QuestionPool
+from posbias.service.planner import plan, shard_spec
+from posbias.workers.prompts import render
+from posbias.workers.shard import run_shard
+from posbias.workers.testing import FakeEngine, FakeTokenizer
 
 PoolFactory = Callable[..., QuestionPool]
 

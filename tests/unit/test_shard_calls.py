@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schemas import JobSpec, ShardResult, ShardSpec, WorkerConfig
-from service.datasets import QuestionPool
-from service.planner import plan, shard_spec
-from workers.actor import ShardActor, ShardFailure
-from workers.shard import run_shard, run_shards
-from workers.testing import FakeEngine
+from posbias.schemas import JobSpec, ShardResult, ShardSpec, WorkerConfig
+from posbias.service.datasets import QuestionPool
+from posbias.service.planner import plan, shard_spec
+from posbias.workers.actor import ShardActor, ShardFailure
+from posbias.workers.shard import run_shard, run_shards
+from posbias.workers.testing import FakeEngine
 
 PoolFactory = Callable[..., QuestionPool]
 

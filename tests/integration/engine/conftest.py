@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from engine_helpers import GEMMA2_MAX_MODEL_LEN, GEMMA2_WINDOW, KV_CACHE_GIB
 
-from schemas import EngineOptions, WorkerConfig
-from workers.tinymodels import build_tiny_model
-from workers.vllm_engine import VllmEngine
+from posbias.schemas import EngineOptions, WorkerConfig
+from posbias.workers.tinymodels import build_tiny_model
+from posbias.workers.vllm_engine import VllmEngine
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ import random
 import re
 from collections.abc import Sequence
 
-from schemas import PromptTemplate
-from workers.engine import Encoding, Tokenizer
+from posbias.schemas import PromptTemplate
+from posbias.workers.engine import Encoding, Tokenizer
 
 TINY_CONTEXT = 4096
 """max_position_embeddings of the tiny models."""

@@ -13,7 +13,7 @@ from transformers import (
     Qwen2Config,
 )
 
-from workers.models import read_model_info
+from posbias.workers.models import read_model_info
 
 
 def test_gemma2_slides_on_every_other_layer() -> None:

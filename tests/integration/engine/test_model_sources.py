@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from engine_helpers import answer_sheet_regex, answer_slots, chat_prompt
 
-from schemas import PosbiasError, WorkerConfig
-from workers.engine import GenerationRequest
-from workers.models import demo_model_path, resolve_model
-from workers.vllm_engine import VllmEngine
+from posbias.schemas import PosbiasError, WorkerConfig
+from posbias.workers.engine import GenerationRequest
+from posbias.workers.models import demo_model_path, resolve_model
+from posbias.workers.vllm_engine import VllmEngine
 
 OPTIONS = ("1", "2", "3", "4")
 

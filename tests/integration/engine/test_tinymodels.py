@@ -6,7 +6,7 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer
 
-from workers.tinymodels import build_tiny_model
+from posbias.workers.tinymodels import build_tiny_model
 
 
 def test_the_same_seed_builds_the_same_files(tmp_path: Path, tiny_gemma2_dir: Path) -> None:

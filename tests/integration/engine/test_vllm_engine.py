@@ -17,9 +17,9 @@ from engine_helpers import (
     quiz_prompt,
 )
 
-from schemas import JobSpec, PosbiasError, WorkerConfig
-from workers.engine import Generation, GenerationRequest, load_engine
-from workers.vllm_engine import VllmEngine
+from posbias.schemas import JobSpec, PosbiasError, WorkerConfig
+from posbias.workers.engine import Generation, GenerationRequest, load_engine
+from posbias.workers.vllm_engine import VllmEngine
 
 pytestmark = pytest.mark.vllm
 
