@@ -35,6 +35,7 @@ import gc
 import os
 import pstats
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -48,12 +49,17 @@ from typing import Any
 import ray
 
 from posbias.schemas import JobSpec, ShardResult
-from posbias.service import database, planner, queue, store, submission, throwaway_postgres
+from posbias.service import database, jobs, queue, store, submission
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
 from posbias.service.settings import Settings
+from posbias.service.shards import shard_spec
 from posbias.workers.shard import run_shard
 from posbias.workers.testing import FakeEngine
+
+# tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import postgres as throwaway_postgres
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH_SIZE = 10
@@ -169,7 +175,7 @@ def measure(
     """Warm a fresh dispatcher with `actors` actors on a small job, then time `prepared` through it."""
     dispatcher = Dispatcher(db, settings=settings.model_copy(update={"actors_per_model": actors}))
     try:
-        submission.submit(db, warmup)
+        jobs.submit(db, warmup.spec, warmup.plan)
         dispatcher.run(until_empty=True)
 
         last_commit = 0.0
@@ -184,7 +190,7 @@ def measure(
             if profile is not None:
                 profile.enable()
             started = time.perf_counter()
-            submission.submit(db, prepared)
+            jobs.submit(db, prepared.spec, prepared.plan)
             summary = dispatcher.run(until_empty=True, on_written=written)
             ended = time.perf_counter()
             if profile is not None:
@@ -226,7 +232,7 @@ def actor_work_per_shard(prepared: submission.Prepared, *, shards: int = 20) -> 
     tokenizer.encode = timed_encode  # type: ignore[method-assign]
     times, tokenizing = [], []
     for index, planned in enumerate(plan.shards[:shards]):
-        shard = planner.shard_spec(
+        shard = shard_spec(
             spec,
             job_id=1,
             shard_id=index,

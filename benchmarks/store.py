@@ -25,6 +25,7 @@ import os
 import pstats
 import random
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,16 +41,20 @@ from posbias.schemas import (
     ModelInfo,
     ParseStatus,
     Question,
+    QuestionPool,
     QuestionResult,
     ShardResult,
     ShardSpec,
     TrialResult,
     TrialStatus,
 )
-from posbias.service import database, planner, queue, store, throwaway_postgres
+from posbias.service import database, jobs, planner, queue, store
 from posbias.service.database import Database
-from posbias.service.datasets import QuestionPool
-from posbias.workers.pool import SHARDS_PER_CALL
+from posbias.service.pools import SHARDS_PER_CALL
+
+# tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import postgres as throwaway_postgres
 
 BATCH_SIZE = 50
 TRIALS_PER_SHARD = 20
@@ -179,14 +184,14 @@ def ingest(url: str, *, rows: int, per_write: int, profile: cProfile.Profile | N
     written = shards = 0
     seconds = 0.0
     with database.connect(url) as db:
-        queue.submit(db, spec, planner.plan(spec, pool=question_pool()))
+        jobs.submit(db, spec, planner.plan(spec, pool=question_pool()))
         while leases := queue.lease(db, owner="bench", limit=per_write * 8, lease_seconds=3600):
             for start in range(0, len(leases), per_write):
                 results = [fake_result(lease.shard, rng) for lease in leases[start : start + per_write]]
                 if profile is not None:
                     profile.enable()
                 started = time.perf_counter()
-                outcomes = store.write_shard_results(db, results, owner="bench")
+                outcomes = queue.complete(db, results, owner="bench")
                 seconds += time.perf_counter() - started
                 if profile is not None:
                     profile.disable()

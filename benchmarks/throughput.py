@@ -35,6 +35,7 @@ import argparse
 import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -46,11 +47,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from posbias.schemas import AnswerMode, JobSpec, Question, ShardResult, Trial
-from posbias.service import database, submission
+from posbias.service import database, jobs, submission
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher, init_ray
+from posbias.service.pools import SHARDS_PER_CALL
 from posbias.service.settings import Settings
-from posbias.workers.pool import SHARDS_PER_CALL
+
+# tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -169,7 +173,7 @@ def run_posbias(db: Database, dispatcher: Dispatcher, prepared: submission.Prepa
         engine_seconds += result.generate_seconds  # the shard's share of its engine call
 
     started = time.perf_counter()
-    job_id = submission.submit(db, prepared).job_id
+    job_id = jobs.submit(db, prepared.spec, prepared.plan).job_id
     dispatcher.run(until_empty=True, on_written=written)
     seconds = last_commit - started
     with db.read() as session:
@@ -314,7 +318,7 @@ def timed(label: str, call: Callable[[], Run]) -> Run:
 
 def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Path) -> None:
     """Run one setting and print its table."""
-    from posbias.workers.tinymodels import build_tiny_model
+    from support.tinymodels import build_tiny_model
 
     if setting.model is None:
         model = str(
@@ -346,7 +350,7 @@ def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Pa
         llm = None
         try:
             started = time.perf_counter()
-            submission.submit(db, prepared)
+            jobs.submit(db, prepared.spec, prepared.plan)
             warm = dispatcher.run(until_empty=True)
             warm_seconds = time.perf_counter() - started
             load = sum(warm.load_seconds.values())

@@ -1,7 +1,7 @@
-"""pydantic models every part of posbias shares. No I/O happens here."""
+"""posbias.schemas: the pydantic records every part of posbias shares. No I/O happens here."""
 
-from posbias.schemas.curve import Comparison, Curve, CurvePoint, DiffPoint, Interval
-from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, first_line, last_line
+from posbias.schemas.curve import Comparison, Curve, CurveAxis, CurvePoint, CurveQuery, DiffPoint, Interval
+from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, one_line
 from posbias.schemas.job import (
     AnswerMode,
     ChatTemplateUse,
@@ -15,14 +15,33 @@ from posbias.schemas.job import (
     RotationCostWarning,
     SamplingSpec,
 )
+from posbias.schemas.jobs import (
+    FINISHED_JOB_STATUSES,
+    BatchSizeEstimate,
+    DispatchSummary,
+    DryRun,
+    ExportSummary,
+    JobChange,
+    JobProgress,
+    JobRecord,
+    JobStatus,
+    RunOutcome,
+    ShardRecord,
+    ShardStatus,
+    Submitted,
+)
+from posbias.schemas.record import Record
 from posbias.schemas.work import (
     EngineInfo,
+    LoadReport,
     ModelInfo,
     ParseStatus,
     Plan,
     PlannedShard,
     Question,
+    QuestionPool,
     QuestionResult,
+    ShardFailure,
     ShardResult,
     ShardSpec,
     Trial,
@@ -32,21 +51,33 @@ from posbias.schemas.work import (
 )
 
 __all__ = [
+    "FINISHED_JOB_STATUSES",
     "AnswerMode",
+    "BatchSizeEstimate",
     "ChatTemplateUse",
     "Comparison",
     "ConflictError",
     "Curve",
+    "CurveAxis",
     "CurvePoint",
+    "CurveQuery",
     "DatasetSpec",
     "Design",
     "DiffPoint",
+    "DispatchSummary",
+    "DryRun",
     "EngineInfo",
     "EngineName",
     "EngineOptions",
+    "ExportSummary",
     "FakeSpec",
     "Interval",
+    "JobChange",
+    "JobProgress",
+    "JobRecord",
     "JobSpec",
+    "JobStatus",
+    "LoadReport",
     "ModelInfo",
     "NotFoundError",
     "ParseStatus",
@@ -55,15 +86,21 @@ __all__ = [
     "PosbiasError",
     "PromptTemplate",
     "Question",
+    "QuestionPool",
     "QuestionResult",
+    "Record",
     "RotationCostWarning",
+    "RunOutcome",
     "SamplingSpec",
+    "ShardFailure",
+    "ShardRecord",
     "ShardResult",
     "ShardSpec",
+    "ShardStatus",
+    "Submitted",
     "Trial",
     "TrialResult",
     "TrialStatus",
     "WorkerConfig",
-    "first_line",
-    "last_line",
+    "one_line",
 ]

@@ -19,19 +19,42 @@ class ConflictError(PosbiasError):
     """The request is valid but the stored state forbids it (e.g. cancelling a finished job)."""
 
 
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of `exc`'s message, or the exception type's name when it has none: how a
-    caught error is quoted inside a one-line message."""
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
+MAX_QUOTE = 500
+"""Characters of an error message quoted in a one-line message at most."""
 
 
-def last_line(exc: BaseException) -> str:
-    """The last non-empty line of `exc`'s message, or the exception type's name when it has none: the cause,
-    when the message carries a remote traceback (as Ray Client's refusals do)."""
-    for line in reversed(str(exc).splitlines()):
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
+def one_line(exc: BaseException, *, typed: bool = False) -> str:
+    """`exc` quoted on one line, the one way posbias quotes a caught error inside its own messages.
+
+    The error a wrapper carries is quoted instead of the wrapper (Ray's task errors keep the worker's
+    exception in `cause`); pydantic's report is reduced to its first problem; a message that carries a
+    remote traceback (as Ray Client's refusals do) is reduced to its last line, the cause; any other message
+    has its lines joined. `typed` puts the exception's type first (`ValueError: ...`), for errors that are
+    not posbias's own. Long messages are cut at `MAX_QUOTE` characters; an empty one is the type's name.
+    """
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    text = _message(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "Traceback (most recent call last)" in text and lines:
+        flat = lines[-1]
+    else:
+        flat = " ".join(" ".join(lines).split())
+    if len(flat) > MAX_QUOTE:
+        flat = flat[: MAX_QUOTE - 3] + "..."
+    name = type(exc).__name__
+    if not flat:
+        return name
+    return f"{name}: {flat}" if typed and not isinstance(exc, PosbiasError) else flat
+
+
+def _message(exc: BaseException) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and type(exc).__name__ == "ValidationError":  # pydantic: its first problem
+        try:
+            first = errors()[0]
+            return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+        except (IndexError, KeyError, TypeError):
+            pass
+    return str(exc)

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from posbias.schemas.errors import PosbiasError, first_line
+from posbias.schemas.errors import PosbiasError, one_line
+from posbias.schemas.record import Record
 
 MAX_BATCH_SIZE = 200
 ROTATION_WARN_BATCH_SIZE = 20
@@ -53,13 +54,7 @@ class EngineName(StrEnum):
     fake = "fake"
 
 
-class Strict(BaseModel):
-    """Base for user-facing specs: unknown keys are errors, so a typo in a spec file never passes silently."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DatasetSpec(Strict):
+class DatasetSpec(Record):
     """Where the questions come from."""
 
     name: str = Field(
@@ -99,7 +94,7 @@ class DatasetSpec(Strict):
         return self.name in {"cais/mmlu", "mmlu"}
 
 
-class PromptTemplate(Strict):
+class PromptTemplate(Record):
     """The text around the questions. The default is the seed experiment's format, word for word."""
 
     instructions: str = Field(
@@ -122,7 +117,7 @@ class PromptTemplate(Strict):
     separator: str = Field("\n\n", description="Text between paragraphs and between questions.")
 
 
-class SamplingSpec(Strict):
+class SamplingSpec(Record):
     """Decoding settings. Greedy by default, so a job's results are reproducible."""
 
     temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 is greedy.")
@@ -144,7 +139,7 @@ class SamplingSpec(Strict):
         return 16 * batch_size + 64
 
 
-class EngineOptions(Strict):
+class EngineOptions(Record):
     """How the engine is started. Only `name` matters to the fake engine."""
 
     name: EngineName = Field(EngineName.vllm, description="`vllm` (GPU or CPU build) or `fake` (tests).")
@@ -167,7 +162,7 @@ class EngineOptions(Strict):
     )
 
 
-class FakeSpec(Strict):
+class FakeSpec(Record):
     """The fake engine's behaviour: accuracy rises linearly from `first` to `last` across positions."""
 
     first: float = Field(0.25, ge=0.0, le=1.0, description="Probability of a correct answer at position 1.")
@@ -182,7 +177,7 @@ class FakeSpec(Strict):
         return self.first + (self.last - self.first) * (position - 1) / (batch_size - 1)
 
 
-class JobSpec(Strict):
+class JobSpec(Record):
     """One evaluation: a model, a dataset, and the batch sizes to measure it at."""
 
     model: str = Field(
@@ -297,7 +292,7 @@ class JobSpec(Strict):
         try:
             data = yaml.safe_load(text) if file.suffix.lower() != ".json" else json.loads(text)
         except (yaml.YAMLError, json.JSONDecodeError) as exc:
-            raise PosbiasError(f"spec file {file} is not valid YAML/JSON: {first_line(exc)}") from None
+            raise PosbiasError(f"spec file {file} is not valid YAML/JSON: {one_line(exc)}") from None
         if data is None:
             data = {}
         if not isinstance(data, dict):

@@ -9,15 +9,51 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from posbias.schemas.curve import Interval
+from posbias.schemas.record import Record
 
 
-class Record(BaseModel):
-    """Base for stored records: unknown keys are errors, values are immutable."""
+class ScheduleSource(StrEnum):
+    """Where a schedule finds new checkpoints."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    folder = "folder"
+    """Subfolders of a local (or mounted) folder, each one checkpoint."""
+    hub = "hub"
+    """Revisions of a Hugging Face repository."""
+
+
+class HubRevisions(StrEnum):
+    """Which revisions of a hub repository count as checkpoints."""
+
+    commits = "commits"
+    """Each new commit on one branch (from the branch's head when the schedule first looks)."""
+    branches = "branches"
+    """Each branch or tag other than that branch (e.g. `step1000`), at the commit it names when found."""
+
+
+class BaselineKind(StrEnum):
+    """What a checkpoint is compared with."""
+
+    first = "first"
+    """The schedule's first checkpoint (in step order) that did not end in error."""
+    previous = "previous"
+    """The nearest earlier checkpoint that did not end in error."""
+    job = "job"
+    """One fixed job (`schedules.baseline_job_id`)."""
+
+
+class Announcement(StrEnum):
+    """Where posting a checkpoint's verdict to the webhook stands."""
+
+    due = "due"
+    sending = "sending"
+    """Claimed by one tick, so that a concurrent tick does not post it too (a tick killed mid-post leaves
+    it here: a verdict is posted at most once)."""
+    sent = "sent"
+    failed = "failed"
+    """Every attempt failed; the last error is kept."""
 
 
 class Verdict(StrEnum):

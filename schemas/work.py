@@ -7,8 +7,9 @@ needs nothing but the shard and an engine. A `ShardResult` is everything the dri
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from posbias.schemas.job import (
     AnswerMode,
@@ -18,12 +19,7 @@ from posbias.schemas.job import (
     PromptTemplate,
     SamplingSpec,
 )
-
-
-class Record(BaseModel):
-    """Base for stored and transmitted records: unknown keys are errors, values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from posbias.schemas.record import Record
 
 
 class Question(Record):
@@ -58,6 +54,21 @@ class PlannedShard(Record):
 
     index: int = Field(ge=0, description="0-based shard index within the job.")
     trial_indices: tuple[int, ...] = Field(min_length=1, description="Trial indices, in order.")
+
+
+class QuestionPool(Record):
+    """The questions a job may sample, sorted by id so that sampling does not depend on load order."""
+
+    questions: tuple[Question, ...] = Field(description="Every question, sorted by id, ids unique.")
+    subjects: tuple[str, ...] = Field(description="Subjects present in `questions`, sorted.")
+    source: str = Field(description="Where the questions came from, for messages and logs.")
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def by_id(self) -> dict[str, Question]:
+        """The questions keyed by id."""
+        return {question.id: question for question in self.questions}
 
 
 class Plan(Record):
@@ -99,10 +110,12 @@ class ParseStatus(StrEnum):
 
 
 class TrialStatus(StrEnum):
-    """Whether a trial's prompt was answered."""
+    """Where a trial stands: planned at submit, then done or skipped when its shard's result is written."""
 
+    planned = "planned"
     done = "done"
     skipped = "skipped"
+    """Not sent to the model, with a reason (e.g. the prompt does not fit the context)."""
 
 
 class QuestionResult(Record):
@@ -145,7 +158,9 @@ class TrialResult(Record):
     """What happened to one prompt."""
 
     trial_index: int = Field(description="Trial index within the job.")
-    status: TrialStatus = Field(description="`done`, or `skipped` with a reason (e.g. prompt too long).")
+    status: Literal[TrialStatus.done, TrialStatus.skipped] = Field(
+        description="`done`, or `skipped` with a reason (e.g. prompt too long)."
+    )
     skip_reason: str | None = Field(None, description="Why the trial was skipped.")
     prompt_tokens: int | None = Field(None, description="Prompt length in tokens.")
     output_tokens: int | None = Field(None, description="Output length in tokens.")
@@ -202,3 +217,19 @@ class WorkerConfig(Record):
     cpu_threads: int | None = Field(
         None, ge=1, description="OpenMP threads for the vLLM CPU build; all cores when not set."
     )
+
+
+class LoadReport(Record):
+    """What loading a model in an actor cost and produced."""
+
+    engine: EngineInfo = Field(description="The engine that was built.")
+    model: ModelInfo = Field(description="The model's architecture facts.")
+    seconds: float = Field(ge=0.0, description="Wall time of the load.")
+    pid: int = Field(description="The actor's process id.")
+
+
+class ShardFailure(Record):
+    """A shard of a several-shard engine call that raised while the others were answered."""
+
+    shard_id: int = Field(description="The shard that failed.")
+    error: str = Field(description="The error, on one line.")

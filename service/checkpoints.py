@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from posbias.service.tables import HubRevisions
+from posbias.schemas.schedule import HubRevisions
 
 TRAILING_NUMBER = re.compile(r"(\d{1,18})$")
 # A folder (or a file in it) with one of these endings is still being written: trainers and copy tools

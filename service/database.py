@@ -12,6 +12,7 @@ import math
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from posbias import migrations
 from posbias.schemas import PosbiasError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+IN_CHUNK = 1000
+"""Ids per IN list at most: well under SQLite's and PostgreSQL's bound-parameter limits."""
 POSTGRES_CONNECT_TIMEOUT_S = 10
 UPGRADE_HINT = "run `posbias db upgrade`"
 URL_HINT = "check POSBIAS_DATABASE_URL"
@@ -51,6 +54,23 @@ def normalise_url(url: str | URL) -> URL:
             f"unsupported database {parsed.get_backend_name()!r}: {URL_HINT} (SQLite or PostgreSQL)"
         )
     return parsed
+
+
+def now_utc() -> datetime:
+    """The store's clock: timezone-aware UTC. Lease expiry compares the dispatchers' clocks, which must agree
+    to well within a lease."""
+    return datetime.now(UTC)
+
+
+def dialect_insert(dialect: str, table: Any) -> Any:
+    """`INSERT` with `on_conflict_do_nothing` / `on_conflict_do_update` for the session's dialect."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)
 
 
 def describe(url: URL) -> str:

@@ -17,13 +17,12 @@ import hashlib
 import json
 import socket
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 from urllib.request import getproxies
 
-from posbias.schemas import DatasetSpec, JobSpec, PosbiasError, Question, first_line
+from posbias.schemas import DatasetSpec, JobSpec, PosbiasError, Question, QuestionPool, one_line
 
 MMLU_HUB_ID = "cais/mmlu"
 DEFAULT_SUBJECT = "default"
@@ -33,25 +32,6 @@ FILE_SUFFIXES = (".csv", ".json", ".jsonl", ".parquet")
 
 # The hub names MMLU's validation split `validation`; the release files call it `val`.
 _SPLIT_ALIASES = {"val": "validation", "validation": "val"}
-
-
-@dataclass(frozen=True)
-class QuestionPool:
-    """The questions a job may sample, sorted by id so that sampling does not depend on load order."""
-
-    questions: tuple[Question, ...]
-    """Every question, sorted by id, ids unique."""
-    subjects: tuple[str, ...]
-    """Subjects present in `questions`, sorted."""
-    source: str
-    """Where the questions came from, for messages and logs."""
-
-    def __len__(self) -> int:
-        return len(self.questions)
-
-    def by_id(self) -> dict[str, Question]:
-        """The questions keyed by id."""
-        return {question.id: question for question in self.questions}
 
 
 def question_id(subject: str, question: str, choices: Sequence[str]) -> str:
@@ -179,7 +159,7 @@ def _read_hub(dataset: DatasetSpec) -> tuple[list[Question], str]:
 
         table = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # the hub client raises many unrelated types; all mean "not available"
-        raise PosbiasError(f"cannot load {tried}: {first_line(exc)}; {fix}") from None
+        raise PosbiasError(f"cannot load {tried}: {one_line(exc)}; {fix}") from None
     columns = DatasetSpec() if dataset.is_mmlu else dataset  # the hub's MMLU has the default columns
     rows = (dict(row) for row in table)
     return _questions(rows, columns=columns, where=f"{name} ({split})"), tried.removeprefix("the ")
@@ -229,10 +209,10 @@ def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str
             rows = pq.read_table(file).to_pylist()
         return _questions(rows, columns=dataset, where=str(file)), f"{file}"
     except (OSError, UnicodeDecodeError, csv.Error, json.JSONDecodeError) as exc:
-        raise PosbiasError(f"cannot read dataset.path {file}: {first_line(exc)}") from None
+        raise PosbiasError(f"cannot read dataset.path {file}: {one_line(exc)}") from None
     except Exception as exc:
         if type(exc).__module__.startswith("pyarrow"):
-            raise PosbiasError(f"cannot read dataset.path {file}: {first_line(exc)}") from None
+            raise PosbiasError(f"cannot read dataset.path {file}: {one_line(exc)}") from None
         raise
 
 

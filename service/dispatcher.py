@@ -1,8 +1,8 @@
 """The dispatcher: a Ray driver that feeds shards from the SQL queue to model pools and writes the results.
 
 One loop, no threads: recover expired leases, lease shards (preferring models already loaded), send them to
-actors (several shards to one engine call, see `workers/pool.py`), wait on Ray, write each result through
-`service/store.py`, heartbeat what is in flight. On SIGTERM or Ctrl-C it stops leasing, lets in-flight
+actors (several shards to one engine call, see `service/pools.py`), wait on Ray, write each result through
+`queue.complete`, heartbeat what is in flight. On SIGTERM or Ctrl-C it stops leasing, lets in-flight
 shards finish (up to a grace period), releases the rest, and exits. Several dispatchers can share one
 PostgreSQL queue: leases make every shard one dispatcher's at a time, and the store writes a shard only while
 its lease is held.
@@ -25,12 +25,11 @@ from typing import Any
 
 import ray
 
-from posbias.schemas import PosbiasError, ShardResult, last_line
-from posbias.service import queue, store
+from posbias.schemas import DispatchSummary, PosbiasError, ShardFailure, ShardResult, one_line
+from posbias.service import jobs, queue
 from posbias.service.database import Database
+from posbias.service.pools import ModelPools
 from posbias.service.settings import Settings
-from posbias.workers.actor import ShardFailure
-from posbias.workers.pool import ModelPools, one_line
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +43,8 @@ class InFlight:
 
 
 @dataclass
-class Summary:
-    """What one dispatcher run did."""
+class Tally:
+    """What a dispatcher run has done so far; returned as a `DispatchSummary` when the run ends."""
 
     owner: str
     shards_written: int = 0
@@ -91,7 +90,7 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
             # just started, its runtime-env agent may not be up yet (seen under load, and what compose
             # does when it starts the head and a worker together). Worth another try; a wrong address or
             # token (a plain ConnectionError) is not.
-            reason = last_line(exc)
+            reason = one_line(exc)
             if attempt == RAY_CLIENT_ATTEMPTS:
                 raise PosbiasError(
                     f"the Ray cluster at {settings.ray_address!r} refused {attempt} sessions ({reason}); "
@@ -105,8 +104,8 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
             )
         except ConnectionError as exc:
             raise PosbiasError(
-                f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc)}); start it with "
-                "`ray start --head`, or use --ray-address local"
+                f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc, typed=True)}); "
+                "start it with `ray start --head`, or use --ray-address local"
             ) from None
 
 
@@ -157,10 +156,10 @@ class Dispatcher:
         until_empty: bool = False,
         max_jobs: int | None = None,
         on_written: Callable[[ShardResult], None] | None = None,
-    ) -> Summary:
+    ) -> DispatchSummary:
         """Dispatch until stopped, until there is no unfinished work (`until_empty`), or until `max_jobs`
         jobs this dispatcher worked on have finished."""
-        summary = Summary(owner=self.owner)
+        summary = Tally(owner=self.owner)
         started = time.monotonic()
         last_recover = 0.0
         last_heartbeat = time.monotonic()
@@ -194,7 +193,18 @@ class Dispatcher:
                 self._load_seconds.clear()
                 summary.seconds = time.monotonic() - started
                 gc.unfreeze()
-        return summary
+        return DispatchSummary(
+            owner=summary.owner,
+            shards_written=summary.shards_written,
+            shards_failed=summary.shards_failed,
+            shards_discarded=summary.shards_discarded,
+            trials_done=summary.trials_done,
+            loads=summary.loads,
+            load_seconds=summary.load_seconds,
+            jobs_finished=tuple(summary.jobs_finished),
+            seconds=summary.seconds,
+            interrupted=summary.interrupted,
+        )
 
     def close(self) -> None:
         """Kill the actors this dispatcher started."""
@@ -269,7 +279,7 @@ class Dispatcher:
         )
 
     def _collect(
-        self, summary: Summary, *, timeout: float, on_written: Callable[[ShardResult], None] | None
+        self, summary: Tally, *, timeout: float, on_written: Callable[[ShardResult], None] | None
     ) -> None:
         refs = list(self._in_flight) + self.pools.load_refs()
         if not refs:
@@ -299,9 +309,7 @@ class Dispatcher:
             self.pools.release(event.model_key)
             self._blocked = False
 
-    def _finish(
-        self, ref: Any, summary: Summary, *, on_written: Callable[[ShardResult], None] | None
-    ) -> None:
+    def _finish(self, ref: Any, summary: Tally, *, on_written: Callable[[ShardResult], None] | None) -> None:
         flights = self._in_flight.pop(ref)
         try:
             outcomes: list[ShardResult | ShardFailure] = ray.get(ref)
@@ -314,7 +322,7 @@ class Dispatcher:
                 if error is not None:
                     self._fail_job(shard.job_id, error)
                 else:
-                    queue.fail(self.db, shard.shard_id, owner=self.owner, error=one_line(exc))
+                    queue.fail(self.db, shard.shard_id, owner=self.owner, error=one_line(exc, typed=True))
                 summary.shards_failed += 1
             return
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
@@ -325,7 +333,7 @@ class Dispatcher:
                     self.db,
                     flight.lease.shard.shard_id,
                     owner=self.owner,
-                    error=f"worker died: {one_line(exc)}",
+                    error=f"worker died: {one_line(exc, typed=True)}",
                 )
                 summary.shards_failed += 1
             return
@@ -340,9 +348,7 @@ class Dispatcher:
                 results.append(outcome)
         if not results:
             return
-        for result, written in zip(
-            results, store.write_shard_results(self.db, results, owner=self.owner), strict=True
-        ):
+        for result, written in zip(results, queue.complete(self.db, results, owner=self.owner), strict=True):
             if written.written:
                 summary.shards_written += 1
                 summary.trials_done += len(result.trials)
@@ -353,7 +359,7 @@ class Dispatcher:
                 log.info("shard %s discarded: %s", result.shard_id, written.reason)
 
     def _fail_job(self, job_id: int, error: str) -> None:
-        queue.fail_job(self.db, job_id, error=f"model failed to load: {error}")
+        jobs.fail(self.db, job_id, error=f"model failed to load: {error}")
 
     def _flights(self) -> list[InFlight]:
         return [flight for call in self._in_flight.values() for flight in call]
@@ -363,15 +369,15 @@ class Dispatcher:
         if ids:
             queue.heartbeat(self.db, ids, owner=self.owner, lease_seconds=self.settings.lease_seconds)
 
-    def _should_exit(self, *, until_empty: bool, max_jobs: int | None, summary: Summary) -> bool:
+    def _should_exit(self, *, until_empty: bool, max_jobs: int | None, summary: Tally) -> bool:
         if self._in_flight:
             return False
         if self.stopping:
             return True
-        if self.job_ids is not None and all(queue.job_finished(self.db, j) for j in self.job_ids):
+        if self.job_ids is not None and all(jobs.finished(self.db, j) for j in self.job_ids):
             return True
         if max_jobs is not None:
-            finished = [j for j in sorted(self._touched_jobs) if queue.job_finished(self.db, j)]
+            finished = [j for j in sorted(self._touched_jobs) if jobs.finished(self.db, j)]
             summary.jobs_finished = finished
             if len(finished) >= max_jobs:
                 return True

@@ -8,17 +8,15 @@ trials. Option shuffling draws from a stream of its own, so turning it on keeps 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import numpy as np
 
-from posbias.schemas import Design, JobSpec, Plan, PlannedShard, Question, ShardSpec, Trial
-from posbias.service.datasets import QuestionPool, check_pool
+from posbias.schemas import Design, JobSpec, Plan, PlannedShard, QuestionPool, Trial
+from posbias.service.datasets import check_pool
 
 QUESTIONS_PER_SHARD = 500
 """Default shard size in questions: the unit of leasing and of retry. About 500 questions (10 prompts at
 N = 50, 500 at N = 1) keeps a lost lease cheap (minutes, not hours); an actor answers up to
-`workers.pool.SHARDS_PER_CALL` shards of one model in one engine call, so small shards still batch well."""
+`service.pools.SHARDS_PER_CALL` shards of one model in one engine call, so small shards still batch well."""
 
 _SAMPLE_STREAM = 0
 _SHUFFLE_STREAM = 1
@@ -77,41 +75,6 @@ def shard_size(spec: JobSpec, *, batch_size: int) -> int:
     """Trials per shard at `batch_size`: `spec.shard_size`, or about `QUESTIONS_PER_SHARD` questions."""
     size = spec.shard_size or max(1, QUESTIONS_PER_SHARD // batch_size)
     return min(size, spec.trials_per_batch_size(batch_size))
-
-
-def shard_spec(
-    spec: JobSpec,
-    *,
-    job_id: int,
-    shard_id: int,
-    trials: Sequence[Trial],
-    questions: Mapping[str, Question],
-) -> ShardSpec:
-    """The self-contained unit of work for `trials`: the job's model, engine and prompt settings, plus every
-    question the trials use (and no other)."""
-    used: dict[str, Question] = {}
-    for trial in trials:
-        for qid in trial.question_ids:
-            if qid not in questions:
-                raise ValueError(f"trial {trial.index} uses question {qid}, which is not in `questions`")
-            used[qid] = questions[qid]
-    return ShardSpec(
-        job_id=job_id,
-        shard_id=shard_id,
-        model=spec.model,
-        revision=spec.revision,
-        tokenizer=spec.tokenizer,
-        model_key=spec.model_key(),
-        engine=spec.engine,
-        fake=spec.fake,
-        answer_mode=spec.answer_mode,
-        prompt=spec.prompt,
-        chat_template=spec.chat_template,
-        sampling=spec.sampling,
-        seed=spec.seed,
-        trials=tuple(trials),
-        questions=dict(sorted(used.items())),
-    )
 
 
 def _entropy(seed: int, batch_size: int, stream: int) -> list[int]:

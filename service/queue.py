@@ -1,59 +1,33 @@
-"""The SQL job queue: submit jobs, lease their shards, and track both until they finish.
+"""The SQL job queue: a shard's whole life, and the only module that assigns a shard's status.
 
 A shard moves `queued -> leased -> done`; a failed or expired lease sends it back to `queued`, or to `dead`
-once it has used `max_attempts`; cancelling its job makes it `cancelled`. A job's status follows its shards.
+once it has used `max_attempts`; cancelling its job makes it `cancelled`. Each transition that changes what a
+job has left to run settles the job's status in the same transaction (`jobs.settle`).
 
 Claims are row locks: PostgreSQL leases with `SELECT ... FOR UPDATE SKIP LOCKED`, so several dispatchers share
 one queue without waiting on each other; SQLite serialises writers with `BEGIN IMMEDIATE` (one host). Every
 transaction that touches both locks shards before their job, in id order, so two of them cannot deadlock.
+Only the lease holder may finish a shard (`complete`) or fail it (`fail`): one check, `_lease_problem`.
 Lease expiry uses the dispatchers' clocks (UTC), which must agree to well within `lease_seconds`.
 """
 
 from __future__ import annotations
 
-import warnings
-import weakref
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from posbias.schemas import (
-    ConflictError,
-    EngineInfo,
-    JobSpec,
-    NotFoundError,
-    Plan,
-    Question,
-    RotationCostWarning,
-    ShardSpec,
-    Trial,
-)
-from posbias.service import planner, tables
-from posbias.service.database import Database
-from posbias.service.tables import FINISHED_JOB_STATUSES, Job, JobStatus, Shard, ShardStatus, TrialState
+from posbias.schemas import JobSpec, Plan, ShardResult, ShardSpec, ShardStatus
+from posbias.service import jobs, shards, store
+from posbias.service.database import Database, now_utc
+from posbias.service.tables import Shard
 
-# Keeps IN lists well under SQLite's and PostgreSQL's bound-parameter limits.
-IN_CHUNK = 1000
 ACTIVE = (ShardStatus.queued, ShardStatus.leased)
-
-
-def now_utc() -> datetime:
-    """The queue's clock."""
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class Submitted:
-    """What `submit` did."""
-
-    job_id: int
-    created: bool
-    """False when the idempotency key already named a job: that job is returned, nothing is written."""
+"""Shards that still have work to do."""
 
 
 @dataclass(frozen=True)
@@ -73,211 +47,38 @@ class Lease:
 
 
 @dataclass(frozen=True)
-class JobRecord:
-    """A job as `posbias status` shows it."""
+class WriteOutcome:
+    """What `complete` did with one shard's result."""
 
-    id: int
-    spec: JobSpec
-    model: str
-    revision: str | None
-    model_key: str
-    status: JobStatus
-    priority: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    error: str | None
-    idempotency_key: str | None
-    trials_total: int
-    shards_total: int
-    engine: EngineInfo | None
-    """What produced the answers; None until the first result is written."""
+    written: bool
+    reason: str | None = None
+    """Why the result was discarded (nothing was written), e.g. the lease was lost or the job cancelled."""
+    results: int = 0
+    """Result rows written."""
 
 
-@dataclass(frozen=True)
-class ShardRecord:
-    """One shard of a job and where it stands."""
-
-    id: int
-    job_id: int
-    index: int
-    status: ShardStatus
-    attempts: int
-    max_attempts: int
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    finished_at: datetime | None
-    last_error: str | None
-    trial_count: int
+# --- entering the queue -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobProgress:
-    """How far a job has got (for a progress bar)."""
-
-    job_id: int
-    status: JobStatus
-    trials_total: int
-    trials_done: int
-    trials_skipped: int
-    shards: dict[ShardStatus, int]
-    """Shard count by status (every status present, 0 when none)."""
-
-    @property
-    def trials_finished(self) -> int:
-        """Trials answered or skipped."""
-        return self.trials_done + self.trials_skipped
-
-    @property
-    def finished(self) -> bool:
-        """True once the job is done, failed or cancelled."""
-        return self.status in FINISHED_JOB_STATUSES
-
-
-def load_spec(data: dict[str, Any]) -> JobSpec:
-    """A stored spec back as a `JobSpec`. Its rotation-cost warning was shown at submit; not again here."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RotationCostWarning)
-        return JobSpec.model_validate(data)
-
-
-# --- submitting ---------------------------------------------------------------------------------------
-
-
-def submit(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | None = None) -> Submitted:
-    """Write a job with its shards, planned trials and (missing) questions in one transaction.
-
-    With an `idempotency_key` that already names a job, return that job instead (also when two submits
-    race); a different spec under the same key is a `ConflictError`.
-    """
-    _check_plan(plan)
-    spec_hash = spec.spec_hash()
-    try:
-        with db.write() as session:
-            if idempotency_key is not None:
-                existing = _job_by_key(session, idempotency_key)
-                if existing is not None:
-                    return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
-            job_id = _insert_job(session, spec, plan, idempotency_key=idempotency_key, spec_hash=spec_hash)
-    except IntegrityError:
-        # Two submits with one key: the unique constraint let one in; the other returns its job.
-        if idempotency_key is None:
-            raise
-        with db.read() as session:
-            existing = _job_by_key(session, idempotency_key)
-        if existing is None:
-            raise
-        return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
-    return Submitted(job_id=job_id, created=True)
-
-
-def _check_plan(plan: Plan) -> None:
-    if not plan.shards:
-        raise ValueError("the plan has no shards")
-    planned = sorted(index for shard in plan.shards for index in shard.trial_indices)
-    if planned != [trial.index for trial in plan.trials] or planned != list(range(len(plan.trials))):
-        raise ValueError("the plan's shards must hold each trial (indices 0..T-1, in order) exactly once")
-
-
-def _job_by_key(session: Session, key: str) -> Job | None:
-    return session.scalar(select(Job).where(Job.idempotency_key == key))
-
-
-def _resubmitted(job: Job, *, key: str, spec_hash: str) -> Submitted:
-    if job.spec_hash != spec_hash:
-        raise ConflictError(
-            f"idempotency key {key!r} already names job {job.id}, submitted with a different spec: use a "
-            "new key, or resubmit that job's spec"
-        )
-    return Submitted(job_id=job.id, created=False)
-
-
-def _insert_job(
-    session: Session, spec: JobSpec, plan: Plan, *, idempotency_key: str | None, spec_hash: str
-) -> int:
-    dialect = session.get_bind().dialect.name
-    job = Job(
-        spec=spec.model_dump(mode="json"),
-        spec_hash=spec_hash,
-        model=spec.model,
-        revision=spec.revision,
-        model_key=spec.model_key(),
-        status=JobStatus.queued,
-        priority=spec.priority,
-        created_at=now_utc(),
-        idempotency_key=idempotency_key,
-        trials_total=len(plan.trials),
-        shards_total=len(plan.shards),
-    )
-    session.add(job)
-    session.flush()  # raises IntegrityError here when another submit took the idempotency key
-
-    # Sorted, so two submits inserting overlapping questions take their row locks in the same order.
-    questions = [
-        {
-            "id": q.id,
-            "subject": q.subject,
-            "question": q.question,
-            "choices": list(q.choices),
-            "answer": q.answer,
-        }
-        for q in sorted(plan.questions.values(), key=lambda q: q.id)
-    ]
-    for start in range(0, len(questions), IN_CHUNK):
-        session.execute(
-            dialect_insert(dialect, tables.Question).on_conflict_do_nothing(index_elements=["id"]),
-            questions[start : start + IN_CHUNK],
-        )
-
+def enqueue(session: Session, *, job_id: int, spec: JobSpec, plan: Plan, model_key: str) -> dict[int, int]:
+    """Insert a new job's planned shards, queued, in the caller's transaction. Returns shard id by index."""
     session.execute(
         insert(Shard),
         [
             {
-                "job_id": job.id,
+                "job_id": job_id,
                 "index": shard.index,
                 "status": ShardStatus.queued,
                 "attempts": 0,
                 "max_attempts": spec.max_attempts,
                 "trial_count": len(shard.trial_indices),
-                "model_key": job.model_key,
+                "model_key": model_key,
                 "priority": spec.priority,
             }
             for shard in plan.shards
         ],
     )
-    shard_ids = dict(session.execute(select(Shard.index, Shard.id).where(Shard.job_id == job.id)).all())
-    shard_of = {trial: shard_ids[shard.index] for shard in plan.shards for trial in shard.trial_indices}
-    session.execute(
-        insert(tables.Trial),
-        [
-            {
-                "job_id": job.id,
-                "index": trial.index,
-                "shard_id": shard_of[trial.index],
-                "batch_size": trial.batch_size,
-                "iteration": trial.iteration,
-                "rotation": trial.rotation,
-                "question_ids": list(trial.question_ids),
-                "choice_orders": None
-                if trial.choice_orders is None
-                else [list(order) for order in trial.choice_orders],
-                "status": TrialState.planned,
-            }
-            for trial in plan.trials
-        ],
-    )
-    return job.id
-
-
-def dialect_insert(dialect: str, table: Any) -> Any:
-    """`INSERT` with `on_conflict_do_nothing` / `on_conflict_do_update` for the session's dialect."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(table)
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(table)
+    return dict(session.execute(select(Shard.index, Shard.id).where(Shard.job_id == job_id)).all())
 
 
 # --- leasing ------------------------------------------------------------------------------------------
@@ -334,18 +135,10 @@ def lease(
             .returning(Shard.id, Shard.job_id, Shard.attempts)
             .execution_options(synchronize_session=False)
         ).all()
-        for job_id in sorted({row.job_id for row in leased}):
-            session.execute(
-                update(Job)
-                .where(Job.id == job_id, Job.status == JobStatus.queued)
-                .values(status=JobStatus.running, started_at=now)
-                .execution_options(synchronize_session=False)
-            )
+        jobs.mark_started(session, {row.job_id for row in leased}, now=now)
     attempts = {row.id: row.attempts for row in leased}
     order = [shard_id for shard_id in chosen if shard_id in attempts]
-    # The shards are ours now; their trials and questions never change, so they are read after the commit
-    # (on SQLite, outside the write lock).
-    specs = _shard_specs(db, order)
+    specs = shards.from_store(db, order)
     return [Lease(shard=specs[i], attempt=attempts[i], expires_at=expires) for i in order]
 
 
@@ -358,94 +151,6 @@ def _claimable(session: Session, where: list[Any], *, limit: int) -> list[int]:
         .with_for_update(skip_locked=True)
     )
     return list(session.scalars(query))
-
-
-# Questions already read, per open store. A question row is written once under an id derived from its
-# content and never changes, so a dispatcher that leases shard after shard of a job (whose trials reuse the
-# same questions) reads each one once; reading them was most of a lease (benchmarks/dispatch.py).
-_QUESTIONS: weakref.WeakKeyDictionary[Database, dict[str, Question]] = weakref.WeakKeyDictionary()
-QUESTION_CACHE_SIZE = 200_000
-"""Questions kept per store (MMLU has 14,042); the cache starts afresh beyond this."""
-
-
-def _question_cache(db: Database) -> dict[str, Question]:
-    cache = _QUESTIONS.setdefault(db, {})
-    if len(cache) > QUESTION_CACHE_SIZE:
-        cache.clear()
-    return cache
-
-
-def _shard_specs(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
-    # Rows are read as plain tuples and turned into records with `model_construct`: they were validated when
-    # the job was submitted and never change, and ORM objects plus a second validation of every trial and
-    # question cost several times the queries (benchmarks/dispatch.py).
-    if not shard_ids:
-        return {}
-    trial = tables.Trial.__table__.c
-    question = tables.Question.__table__.c
-    with db.read() as session:
-        job_of = dict(session.execute(select(Shard.id, Shard.job_id).where(Shard.id.in_(shard_ids))).all())
-        specs = {
-            job_id: load_spec(spec)
-            for job_id, spec in session.execute(
-                select(Job.id, Job.spec).where(Job.id.in_(sorted(set(job_of.values()))))
-            )
-        }
-        trials: dict[int, list[Trial]] = {shard_id: [] for shard_id in shard_ids}
-        for shard_id, index, batch_size, iteration, question_ids, choice_orders, rotation in session.execute(
-            select(
-                trial.shard_id,
-                trial.index,
-                trial.batch_size,
-                trial.iteration,
-                trial.question_ids,
-                trial.choice_orders,
-                trial.rotation,
-            )
-            .where(trial.shard_id.in_(shard_ids))
-            .order_by(trial.shard_id, trial.index)
-        ):
-            trials[shard_id].append(
-                Trial.model_construct(
-                    index=index,
-                    batch_size=batch_size,
-                    iteration=iteration,
-                    question_ids=tuple(question_ids),
-                    choice_orders=None
-                    if choice_orders is None
-                    else tuple(tuple(order) for order in choice_orders),
-                    rotation=rotation,
-                )
-            )
-        questions = _question_cache(db)
-        wanted = sorted(
-            {
-                qid
-                for shard_trials in trials.values()
-                for t in shard_trials
-                for qid in t.question_ids
-                if qid not in questions
-            }
-        )
-        for start in range(0, len(wanted), IN_CHUNK):
-            for qid, subject, text, choices, answer in session.execute(
-                select(
-                    question.id, question.subject, question.question, question.choices, question.answer
-                ).where(question.id.in_(wanted[start : start + IN_CHUNK]))
-            ):
-                questions[qid] = Question.model_construct(
-                    id=qid, subject=subject, question=text, choices=tuple(choices), answer=answer
-                )
-    return {
-        shard_id: planner.shard_spec(
-            specs[job_of[shard_id]],
-            job_id=job_of[shard_id],
-            shard_id=shard_id,
-            trials=trials[shard_id],
-            questions=questions,
-        )
-        for shard_id in shard_ids
-    }
 
 
 def heartbeat(db: Database, shard_ids: Iterable[int], *, owner: str, lease_seconds: float) -> set[int]:
@@ -469,14 +174,79 @@ def heartbeat(db: Database, shard_ids: Iterable[int], *, owner: str, lease_secon
 
 def _lock_held(session: Session, ids: Sequence[int], *, owner: str) -> list[int]:
     """Lock, in id order, those of `ids` that `owner` holds."""
+    return [shard.id for shard in _lock(session, ids) if _lease_problem(shard, owner=owner) is None]
+
+
+def _lock(session: Session, ids: Sequence[int]) -> list[Shard]:
+    """The shards `ids` (those that exist), locked in id order and read afresh."""
     return list(
         session.scalars(
-            select(Shard.id)
-            .where(Shard.id.in_(ids), Shard.status == ShardStatus.leased, Shard.lease_owner == owner)
+            select(Shard)
+            .where(Shard.id.in_(ids))
             .order_by(Shard.id)
             .with_for_update()
+            .execution_options(populate_existing=True)
         )
     )
+
+
+def _lease_problem(shard: Shard, *, owner: str) -> str | None:
+    """Why `owner` may not finish, fail or extend `shard`; None when it holds the shard's lease."""
+    if shard.status is ShardStatus.leased and shard.lease_owner == owner:
+        return None
+    if shard.status is ShardStatus.cancelled:
+        return f"shard {shard.id} was cancelled with its job"
+    if shard.status is ShardStatus.done:
+        return f"shard {shard.id} is already done"
+    holder = f" by {shard.lease_owner}" if shard.status is ShardStatus.leased else ""
+    return f"the lease on shard {shard.id} was lost: it is {shard.status}{holder}"
+
+
+# --- ending an attempt --------------------------------------------------------------------------------
+
+
+def complete(db: Database, results: Sequence[ShardResult], *, owner: str) -> list[WriteOutcome]:
+    """Write the results of shards `owner` holds and mark those shards done, in one transaction; one
+    outcome per result, in order.
+
+    A result whose shard `owner` no longer holds (lease lost, shard cancelled or already done) is discarded,
+    and its outcome says why, so a re-delivered result changes nothing. Several shards in one transaction (the
+    shards of one engine call) save each a commit and the statements about its job, about half the time of a
+    shard's write (benchmarks/dispatch.py). Raises `ValueError` when a result does not match its shard's
+    trials (a worker bug); then nothing is written.
+    """
+    now = now_utc()
+    outcomes: list[WriteOutcome | None] = [None] * len(results)
+    with db.write() as session:
+        locked = {shard.id: shard for shard in _lock(session, sorted({r.shard_id for r in results}))}
+        accepted: dict[int, ShardResult] = {}
+        for number, result in enumerate(results):
+            shard = locked.get(result.shard_id)
+            if shard is None:
+                reason: str | None = f"shard {result.shard_id} does not exist"
+            elif shard.job_id != result.job_id:
+                reason = f"shard {shard.id} belongs to job {shard.job_id}, not job {result.job_id}"
+            elif result.shard_id in accepted:
+                reason = f"shard {result.shard_id} is already done"
+            else:
+                reason = _lease_problem(shard, owner=owner)
+            if reason is not None:
+                outcomes[number] = WriteOutcome(written=False, reason=reason)
+            else:
+                accepted[result.shard_id] = result
+        if accepted:
+            store.write_results(session, accepted, now=now)
+            for shard_id in accepted:
+                shard = locked[shard_id]
+                shard.status = ShardStatus.done
+                shard.finished_at = now
+                shard.lease_expires_at = None
+            session.flush()
+            jobs.settle(session, {r.job_id for r in accepted.values()}, now=now)
+    return [
+        outcome or WriteOutcome(written=True, results=len(result.results))
+        for outcome, result in zip(outcomes, results, strict=True)
+    ]
 
 
 def fail(db: Database, shard_id: int, *, owner: str, error: str) -> ShardStatus | None:
@@ -485,18 +255,13 @@ def fail(db: Database, shard_id: int, *, owner: str, error: str) -> ShardStatus 
     or None when `owner` does not hold it (nothing changes)."""
     now = now_utc()
     with db.write() as session:
-        shard = _locked_shard(session, shard_id)
-        if shard is None or shard.status != ShardStatus.leased or shard.lease_owner != owner:
+        found = _lock(session, [shard_id])
+        if not found or _lease_problem(found[0], owner=owner) is not None:
             return None
+        shard = found[0]
         _end_attempt(shard, error=error, now=now)
-        settle_jobs(session, [shard.job_id], now=now)
+        jobs.settle(session, [shard.job_id], now=now)
         return shard.status
-
-
-def _locked_shard(session: Session, shard_id: int) -> Shard | None:
-    return session.scalar(
-        select(Shard).where(Shard.id == shard_id).with_for_update().execution_options(populate_existing=True)
-    )
 
 
 def _end_attempt(shard: Shard, *, error: str, now: datetime) -> None:
@@ -554,82 +319,16 @@ def recover_expired(db: Database, *, now: datetime | None = None) -> int:
                 f"{shard.lease_owner}, attempt {shard.attempts} of {shard.max_attempts})"
             )
             _end_attempt(shard, error=error, now=now)
-        settle_jobs(session, [shard.job_id for shard in expired], now=now)
+        jobs.settle(session, [shard.job_id for shard in expired], now=now)
     return len(expired)
 
 
-# --- jobs ---------------------------------------------------------------------------------------------
+# --- a job's shards together (in the transaction of a job-level operation) ----------------------------
 
 
-def cancel_job(db: Database, job_id: int) -> int:
-    """Cancel a job: its queued and leased shards are cancelled (a late result for one is discarded).
-    Returns how many shards were cancelled. `ConflictError` when the job already finished."""
-    now = now_utc()
-    with db.write() as session:
-        ids = _lock_shards(session, job_id, ACTIVE)
-        job = locked_job(session, job_id)
-        if job.status in FINISHED_JOB_STATUSES:
-            raise ConflictError(f"job {job_id} is already {job.status}: there is nothing to cancel")
-        if ids:
-            session.execute(
-                update(Shard)
-                .where(Shard.id.in_(ids))
-                .values(status=ShardStatus.cancelled, finished_at=now, lease_expires_at=None)
-                .execution_options(synchronize_session=False)
-            )
-        job.status = JobStatus.cancelled
-        job.finished_at = now
-    return len(ids)
-
-
-def retry_job(db: Database, job_id: int) -> int:
-    """Requeue a job's dead shards with fresh attempts (their last error is kept). Returns how many.
-    `ConflictError` when the job was cancelled or has no dead shards."""
-    with db.write() as session:
-        ids = _lock_shards(session, job_id, (ShardStatus.dead,))
-        job = locked_job(session, job_id)
-        if job.status is JobStatus.cancelled:
-            raise ConflictError(f"job {job_id} was cancelled: submit it again to rerun it")
-        if not ids:
-            raise ConflictError(f"job {job_id} has no dead shards to retry (it is {job.status})")
-        session.execute(
-            update(Shard)
-            .where(Shard.id.in_(ids))
-            .values(status=ShardStatus.queued, attempts=0, finished_at=None)
-            .execution_options(synchronize_session=False)
-        )
-        job.status = JobStatus.running if job.started_at is not None else JobStatus.queued
-        job.finished_at = None
-        job.error = None
-    return len(ids)
-
-
-def fail_job(db: Database, job_id: int, *, error: str) -> int:
-    """Fail a job that cannot run at all (e.g. its model does not load): its queued and leased shards are
-    dead with `error`, so `posbias retry` can requeue them. Returns how many; a finished job is left as is."""
-    now = now_utc()
-    with db.write() as session:
-        ids = _lock_shards(session, job_id, ACTIVE)
-        job = locked_job(session, job_id)
-        if job.status in FINISHED_JOB_STATUSES or not ids:
-            return 0
-        session.execute(
-            update(Shard)
-            .where(Shard.id.in_(ids))
-            .values(
-                status=ShardStatus.dead,
-                last_error=error,
-                finished_at=now,
-                lease_owner=None,
-                lease_expires_at=None,
-            )
-            .execution_options(synchronize_session=False)
-        )
-        settle_jobs(session, [job_id], now=now)
-    return len(ids)
-
-
-def _lock_shards(session: Session, job_id: int, statuses: Sequence[ShardStatus]) -> list[int]:
+def lock_job_shards(session: Session, job_id: int, statuses: Sequence[ShardStatus]) -> list[int]:
+    """Lock, in id order, the shards of `job_id` in `statuses`; returns their ids. Call before locking the
+    job itself (shards before jobs, the queue's locking order)."""
     return list(
         session.scalars(
             select(Shard.id)
@@ -640,53 +339,44 @@ def _lock_shards(session: Session, job_id: int, statuses: Sequence[ShardStatus])
     )
 
 
-def locked_job(session: Session, job_id: int) -> Job:
-    """The job, locked for update until the transaction ends. `NotFoundError` when there is none."""
-    # FOR NO KEY UPDATE: inserting rows that reference the job (results, curve points) is not blocked.
-    job = session.scalar(
-        select(Job)
-        .where(Job.id == job_id)
-        .with_for_update(key_share=True)
-        .execution_options(populate_existing=True)
-    )
-    if job is None:
-        raise NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
-    return job
-
-
-def settle_jobs(session: Session, job_ids: Iterable[int], *, now: datetime) -> None:
-    """Bring the status of `job_ids` in line with their shards (see `settle_job`), locking each job."""
-    for job_id in sorted(set(job_ids)):
-        settle_job(session, locked_job(session, job_id), now=now)
-
-
-def settle_job(session: Session, job: Job, *, now: datetime) -> None:
-    """Bring a locked job's status in line with its shards: done when every shard is done, failed when
-    nothing is left to run and some shard is dead. Call after changing shards, in the same transaction."""
-    if job.status is JobStatus.cancelled:
-        return
-    active = session.scalar(select(Shard.id).where(Shard.job_id == job.id, Shard.status.in_(ACTIVE)).limit(1))
-    if active is not None:
-        status = JobStatus.running if job.started_at is not None else JobStatus.queued
-    else:
-        dead = session.scalar(
-            select(func.count()).where(Shard.job_id == job.id, Shard.status == ShardStatus.dead)
+def cancel(session: Session, shard_ids: Sequence[int], *, now: datetime) -> None:
+    """Cancel locked shards (their job was cancelled): a late result for one is discarded."""
+    if shard_ids:
+        session.execute(
+            update(Shard)
+            .where(Shard.id.in_(shard_ids))
+            .values(status=ShardStatus.cancelled, finished_at=now, lease_expires_at=None)
+            .execution_options(synchronize_session=False)
         )
-        status = JobStatus.failed if dead else JobStatus.done
-    if status == job.status:
-        return
-    job.status = status
-    job.finished_at = now if status in FINISHED_JOB_STATUSES else None
-    job.error = _job_error(session, job) if status is JobStatus.failed else None
 
 
-def _job_error(session: Session, job: Job) -> str:
-    dead = session.execute(
-        select(Shard.last_error)
-        .where(Shard.job_id == job.id, Shard.status == ShardStatus.dead)
-        .order_by(Shard.finished_at.desc(), Shard.id)
-    ).all()
-    return f"{len(dead)} of {job.shards_total} shards failed after their last attempt: {dead[0][0]}"
+def requeue(session: Session, shard_ids: Sequence[int]) -> None:
+    """Put locked dead shards back in the queue with fresh attempts (their last error is kept)."""
+    if shard_ids:
+        session.execute(
+            update(Shard)
+            .where(Shard.id.in_(shard_ids))
+            .values(status=ShardStatus.queued, attempts=0, finished_at=None)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def kill(session: Session, shard_ids: Sequence[int], *, error: str, now: datetime) -> None:
+    """Make locked queued or leased shards dead with `error`, without running them (their job cannot run
+    at all, e.g. its model does not load); `posbias retry` can requeue them."""
+    if shard_ids:
+        session.execute(
+            update(Shard)
+            .where(Shard.id.in_(shard_ids))
+            .values(
+                status=ShardStatus.dead,
+                last_error=error,
+                finished_at=now,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            .execution_options(synchronize_session=False)
+        )
 
 
 # --- reading ------------------------------------------------------------------------------------------
@@ -700,105 +390,3 @@ def pending_model_keys(db: Database, *, job_ids: Collection[int] | None = None) 
         query = query.where(Shard.job_id.in_(sorted(set(job_ids))))
     with db.read() as session:
         return set(session.scalars(query))
-
-
-def get_job(db: Database, job_id: int) -> JobRecord:
-    """One job. `NotFoundError` when there is none."""
-    with db.read() as session:
-        job = session.get(Job, job_id)
-        if job is None:
-            raise NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
-        return _job_record(job)
-
-
-def job_finished(db: Database, job_id: int) -> bool:
-    """True once the job is done, failed or cancelled. `NotFoundError` when there is no such job."""
-    with db.read() as session:
-        status = session.scalar(select(Job.status).where(Job.id == job_id))
-    if status is None:
-        raise NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
-    return status in FINISHED_JOB_STATUSES
-
-
-def list_jobs(
-    db: Database, *, status: JobStatus | None = None, model: str | None = None, limit: int | None = None
-) -> list[JobRecord]:
-    """Jobs, newest first, optionally only those with `status` or of `model`."""
-    query = select(Job).order_by(Job.id.desc()).limit(limit)
-    if status is not None:
-        query = query.where(Job.status == status)
-    if model is not None:
-        query = query.where(Job.model == model)
-    with db.read() as session:
-        return [_job_record(job) for job in session.scalars(query)]
-
-
-def _job_record(job: Job) -> JobRecord:
-    return JobRecord(
-        id=job.id,
-        spec=load_spec(job.spec),
-        model=job.model,
-        revision=job.revision,
-        model_key=job.model_key,
-        status=job.status,
-        priority=job.priority,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        error=job.error,
-        idempotency_key=job.idempotency_key,
-        trials_total=job.trials_total,
-        shards_total=job.shards_total,
-        engine=None if job.engine is None else EngineInfo.model_validate(job.engine),
-    )
-
-
-def job_shards(db: Database, job_id: int) -> list[ShardRecord]:
-    """A job's shards in order. `NotFoundError` when there is no such job."""
-    with db.read() as session:
-        if session.get(Job, job_id) is None:
-            raise NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
-        return [
-            ShardRecord(
-                id=s.id,
-                job_id=s.job_id,
-                index=s.index,
-                status=s.status,
-                attempts=s.attempts,
-                max_attempts=s.max_attempts,
-                lease_owner=s.lease_owner,
-                lease_expires_at=s.lease_expires_at,
-                finished_at=s.finished_at,
-                last_error=s.last_error,
-                trial_count=s.trial_count,
-            )
-            for s in session.scalars(select(Shard).where(Shard.job_id == job_id).order_by(Shard.index))
-        ]
-
-
-def job_progress(db: Database, job_id: int) -> JobProgress:
-    """Trials done and skipped, and shards by status. `NotFoundError` when there is no such job."""
-    with db.read() as session:
-        job = session.execute(select(Job.status, Job.trials_total).where(Job.id == job_id)).one_or_none()
-        if job is None:
-            raise NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
-        trials: dict[TrialState, int] = dict(
-            session.execute(
-                select(tables.Trial.status, func.count())
-                .where(tables.Trial.job_id == job_id, tables.Trial.status != TrialState.planned)
-                .group_by(tables.Trial.status)
-            ).all()
-        )
-        shards: dict[ShardStatus, int] = dict(
-            session.execute(
-                select(Shard.status, func.count()).where(Shard.job_id == job_id).group_by(Shard.status)
-            ).all()
-        )
-    return JobProgress(
-        job_id=job_id,
-        status=job.status,
-        trials_total=job.trials_total,
-        trials_done=trials.get(TrialState.done, 0),
-        trials_skipped=trials.get(TrialState.skipped, 0),
-        shards={status: shards.get(status, 0) for status in ShardStatus},
-    )

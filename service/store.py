@@ -1,17 +1,17 @@
-"""Results in and out of the store: writing a shard's results exactly once, and the queries behind curves,
+"""Results in and out of the store: the rows a finished shard writes, and the queries behind curves,
 bootstraps, token-distance analyses and exports.
 
-A shard's result is written in one transaction, and only while its lease is held, so a re-delivered or late
-result changes nothing. Results go in with `COPY` on PostgreSQL and `executemany` on SQLite; the per-(job,
-batch size, position) totals in `curve_points` are incremented in the same transaction, so a curve is read
-from a few hundred rows however many results there are.
+A shard's results are written in the transaction `queue.complete` opens, only while its lease is held, so a
+re-delivered or late result changes nothing; this module moves the rows and never changes a shard's
+status. Results go in with `COPY` on PostgreSQL and `executemany` on SQLite; the per-(job, batch size,
+position) totals in `curve_points` are incremented in the same transaction, so a curve is read from a few
+hundred rows however many results there are.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -21,25 +21,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from posbias.schemas import ModelInfo, NotFoundError, ParseStatus, QuestionResult, ShardResult, TrialStatus
+from posbias.service import jobs
 from posbias.service.analysis import CorrectnessMatrix, DistanceRow, PositionCount
-from posbias.service.database import Database
-from posbias.service.queue import dialect_insert, list_jobs, locked_job, now_utc, settle_job
-from posbias.service.tables import CurvePoint, Job, Model, Result, Shard, ShardStatus, Trial
-
-__all__ = [
-    "EXPORT_COLUMNS",
-    "ExportRow",
-    "WriteOutcome",
-    "curve_counts",
-    "export_results",
-    "list_jobs",  # lives in service.queue with the other job queries; here too for `posbias status`/curve
-    "list_models",
-    "matching_jobs",
-    "token_distance_rows",
-    "trial_matrix",
-    "write_shard_result",
-    "write_shard_results",
-]
+from posbias.service.database import Database, dialect_insert
+from posbias.service.tables import CurvePoint, Job, Model, Result, Trial
 
 # Columns of `results` in the order both bulk paths write them, with the PostgreSQL types binary COPY sends
 # (JSON goes as text: its binary form is its text).
@@ -68,115 +53,39 @@ _RESULT_FIELDS = attrgetter(*list(RESULT_COLUMNS)[3:-2])
 _PROBS_JSON = {n: "[" + ",".join(["%.8g"] * n) + "]" for n in range(1, 33)}
 
 
-@dataclass(frozen=True)
-class WriteOutcome:
-    """What `write_shard_result` did."""
+def write_results(session: Session, results: Mapping[int, ShardResult], *, now: datetime) -> None:
+    """Move the results of shards (by shard id) into the store, in the caller's transaction: trial
+    outcomes, result rows, the curve totals, and each job's model and engine (first write wins).
 
-    written: bool
-    reason: str | None = None
-    """Why the result was discarded (nothing was written), e.g. the lease was lost or the job cancelled."""
-    results: int = 0
-    """Result rows written."""
-
-
-def write_shard_result(db: Database, result: ShardResult, *, owner: str) -> WriteOutcome:
-    """Write a shard's results, trial outcomes, model and engine, and mark the shard done, in one
-    transaction, if `owner` still holds its lease. Otherwise (lease lost, shard cancelled or already done)
-    nothing is written and the outcome says why, so a re-delivered result is harmless.
-
-    Raises `ValueError` when the result does not match the shard's trials (a worker bug).
+    The queue calls this from `queue.complete` once it has locked the shards and checked their leases;
+    marking them done is the queue's. Raises `ValueError` when a result does not match its shard's trials.
     """
-    return write_shard_results(db, [result], owner=owner)[0]
+    trials = _trials_of(session, sorted(results))
+    for shard_id, result in results.items():
+        _check_matches(result, trials[shard_id])
+    if session.get_bind().dialect.name == "postgresql":
+        # Not waiting for the WAL flush is safe here: a crash loses the whole transaction, results and
+        # `done` together, so the shard stays leased, its lease expires and it runs again.
+        session.execute(sa.text("SET LOCAL synchronous_commit = off"))
+    _update_trials(session, [(result, trials[shard_id]) for shard_id, result in results.items()])
+    rows = [
+        _result_row(r, trials[shard_id][r.trial_index], job_id=result.job_id)
+        for shard_id, result in results.items()
+        for r in result.results
+    ]
+    _insert_results(session, rows)
 
-
-def write_shard_results(db: Database, results: Sequence[ShardResult], *, owner: str) -> list[WriteOutcome]:
-    """`write_shard_result` for several shards in one transaction (the shards of one engine call): each is
-    written only if `owner` still holds its lease, and the outcomes come back in order.
-
-    One transaction for all of them saves each shard a commit, a connection checkout and the statements
-    about its job, about half the time of a shard's write (benchmarks/dispatch.py). Raises `ValueError`
-    when a result does not match its shard's trials; then nothing is written.
-    """
-    now = now_utc()
-    outcomes: list[WriteOutcome | None] = [None] * len(results)
-    with db.write() as session:
-        # Shards before jobs, each in id order: the queue's locking discipline, so writers cannot deadlock.
-        shards = {
-            shard.id: shard
-            for shard in session.scalars(
-                select(Shard)
-                .where(Shard.id.in_(sorted({r.shard_id for r in results})))
-                .order_by(Shard.id)
-                .with_for_update()
-                .execution_options(populate_existing=True)
-            )
-        }
-        accepted: dict[int, ShardResult] = {}
-        for number, result in enumerate(results):
-            shard = shards.get(result.shard_id)
-            reason = _discard_reason(shard, result, owner=owner)
-            if reason is None and result.shard_id in accepted:
-                reason = f"shard {result.shard_id} is already done"
-            if reason is not None:
-                outcomes[number] = WriteOutcome(written=False, reason=reason)
-            else:
-                accepted[result.shard_id] = result
-        if not accepted:
-            return [outcome for outcome in outcomes if outcome is not None]
-
-        trials = _trials_of(session, sorted(accepted))
-        for result in accepted.values():
-            _check_matches(result, trials[result.shard_id])
-        if db.dialect == "postgresql":
-            # Not waiting for the WAL flush is safe here: a crash loses the whole transaction, results and
-            # `done` together, so the shard stays leased, its lease expires and it runs again.
-            session.execute(sa.text("SET LOCAL synchronous_commit = off"))
-        _update_trials(session, [(result, trials[shard_id]) for shard_id, result in accepted.items()])
-        rows = [
-            _result_row(r, trials[shard_id][r.trial_index], job_id=result.job_id)
-            for shard_id, result in accepted.items()
-            for r in result.results
-        ]
-        _insert_results(session, rows)
-
-        # The jobs' row locks serialise the curve increments of concurrent writers of one job.
-        jobs = {
-            job_id: locked_job(session, job_id) for job_id in sorted({r.job_id for r in accepted.values()})
-        }
-        for result in accepted.values():
-            job = jobs[result.job_id]
-            if job.model_id is None:
-                job.model_id = _model_id(session, result.model, now=now)
-                job.engine = result.engine.model_dump(mode="json")
-        trial_ids = sorted(trial.id for shard_id in accepted for trial in trials[shard_id].values())
-        session.execute(CURVE_UPSERT, {"trial_ids": trial_ids})
-        for shard_id in accepted:
-            shard = shards[shard_id]
-            shard.status = ShardStatus.done
-            shard.finished_at = now
-            shard.lease_expires_at = None
-        session.flush()
-        for job in jobs.values():
-            settle_job(session, job, now=now)
-    for number, result in enumerate(results):
-        if outcomes[number] is None:
-            outcomes[number] = WriteOutcome(written=True, results=len(result.results))
-    return [outcome for outcome in outcomes if outcome is not None]
-
-
-def _discard_reason(shard: Shard | None, result: ShardResult, *, owner: str) -> str | None:
-    if shard is None:
-        return f"shard {result.shard_id} does not exist"
-    if shard.job_id != result.job_id:
-        return f"shard {shard.id} belongs to job {shard.job_id}, not job {result.job_id}"
-    if shard.status is ShardStatus.cancelled:
-        return f"shard {shard.id} was cancelled with its job"
-    if shard.status is ShardStatus.done:
-        return f"shard {shard.id} is already done"
-    if shard.status is not ShardStatus.leased or shard.lease_owner != owner:
-        holder = f" by {shard.lease_owner}" if shard.status is ShardStatus.leased else ""
-        return f"the lease on shard {shard.id} was lost: it is {shard.status}{holder}"
-    return None
+    # The jobs' row locks serialise the curve increments of concurrent writers of one job.
+    locked = {
+        job_id: jobs.locked_job(session, job_id) for job_id in sorted({r.job_id for r in results.values()})
+    }
+    for result in results.values():
+        job = locked[result.job_id]
+        if job.model_id is None:
+            job.model_id = _model_id(session, result.model, now=now)
+            job.engine = result.engine.model_dump(mode="json")
+    trial_ids = sorted(trial.id for shard_id in results for trial in trials[shard_id].values())
+    session.execute(CURVE_UPSERT, {"trial_ids": trial_ids})
 
 
 class _TrialRow(NamedTuple):

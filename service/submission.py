@@ -1,6 +1,8 @@
-"""From a job spec to queued work: check the model and the data, plan the trials, enqueue them.
+"""From a job spec to work ready to enqueue: check the model and the data, plan the trials; or say what a job
+would do (`--dry-run`) without enqueueing it.
 
-`posbias submit`, `posbias run` and the regression scheduler all submit through here.
+`posbias submit`, `posbias run` and the regression scheduler all prepare through here, then enqueue with
+`service.jobs.submit`.
 """
 
 from __future__ import annotations
@@ -9,10 +11,9 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from posbias.schemas import EngineName, JobSpec, Plan
-from posbias.service import planner, queue
-from posbias.service.database import Database
-from posbias.service.datasets import QuestionPool, check_pool, load_questions
+from posbias.schemas import BatchSizeEstimate, DryRun, EngineName, JobSpec, Plan, QuestionPool
+from posbias.service import planner
+from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
 from posbias.workers.engine import Tokenizer
 from posbias.workers.models import check_model_source
@@ -27,35 +28,6 @@ class Prepared:
     plan: Plan
 
 
-@dataclass(frozen=True)
-class BatchSizeEstimate:
-    """What one batch size of a job will send to the model."""
-
-    batch_size: int
-    trials: int
-    shards: int
-    mean_prompt_tokens: float
-    max_prompt_tokens: int
-
-
-@dataclass(frozen=True)
-class DryRun:
-    """What a job would do, without enqueueing it."""
-
-    spec_hash: str
-    model_key: str
-    questions_in_pool: int
-    source: str
-    tokenizer: str
-    """`model` when prompts were counted with the model's own tokenizer, else how tokens were estimated."""
-    batch_sizes: tuple[BatchSizeEstimate, ...]
-
-    @property
-    def total_prompt_tokens(self) -> int:
-        """Prompt tokens over the whole job (estimate)."""
-        return round(sum(b.mean_prompt_tokens * b.trials for b in self.batch_sizes))
-
-
 def prepare(spec: JobSpec, *, settings: Settings) -> Prepared:
     """Check the model source and the dataset, then plan. Raises `PosbiasError` naming the fix."""
     if spec.engine.name is EngineName.vllm:
@@ -63,11 +35,6 @@ def prepare(spec: JobSpec, *, settings: Settings) -> Prepared:
     pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir)
     check_pool(spec, pool=pool)
     return Prepared(spec=spec, pool=pool, plan=planner.plan(spec, pool=pool))
-
-
-def submit(db: Database, prepared: Prepared, *, idempotency_key: str | None = None) -> queue.Submitted:
-    """Enqueue a prepared job (job, shards, trials and questions in one transaction)."""
-    return queue.submit(db, prepared.spec, prepared.plan, idempotency_key=idempotency_key)
 
 
 def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryRun:
@@ -102,6 +69,7 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryR
             )
         )
     return DryRun(
+        spec=spec,
         spec_hash=spec.spec_hash(),
         model_key=spec.model_key(),
         questions_in_pool=len(prepared.pool),

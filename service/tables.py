@@ -36,8 +36,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from posbias.schemas import ParseStatus
-from posbias.schemas.schedule import Verdict
+from posbias.schemas import JobStatus, ParseStatus, ShardStatus, TrialStatus
+from posbias.schemas.schedule import Announcement, BaselineKind, HubRevisions, ScheduleSource, Verdict
 
 # Named constraints: SQLite batch migrations recreate tables and can only drop constraints that have names.
 NAMING_CONVENTION = {
@@ -69,40 +69,6 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class JobStatus(StrEnum):
-    """Where a job stands; it follows its shards."""
-
-    queued = "queued"
-    running = "running"
-    done = "done"
-    failed = "failed"
-    """Every shard finished, and at least one is dead (ran out of attempts); `posbias retry` requeues them."""
-    cancelled = "cancelled"
-
-
-class ShardStatus(StrEnum):
-    """Where a shard stands in the queue."""
-
-    queued = "queued"
-    leased = "leased"
-    done = "done"
-    dead = "dead"
-    """Failed `max_attempts` times; its last error is kept."""
-    cancelled = "cancelled"
-    """Its job was cancelled; a late result for it is discarded."""
-
-
-class TrialState(StrEnum):
-    """Where a trial stands: planned at submit, then done or skipped when its shard's result is written."""
-
-    planned = "planned"
-    done = "done"
-    skipped = "skipped"
-
-
-FINISHED_JOB_STATUSES = frozenset({JobStatus.done, JobStatus.failed, JobStatus.cancelled})
 
 
 def _enum(enum: type[StrEnum], name: str) -> Enum:
@@ -216,7 +182,7 @@ class Trial(Base):
     rotation: Mapped[int] = mapped_column(Integer, default=0)
     question_ids: Mapped[list[str]] = mapped_column(JSON)
     choice_orders: Mapped[list[list[int]] | None] = mapped_column(JSON)
-    status: Mapped[TrialState] = mapped_column(_enum(TrialState, "trial_status"))
+    status: Mapped[TrialStatus] = mapped_column(_enum(TrialStatus, "trial_status"))
     skip_reason: Mapped[str | None] = mapped_column(Text)
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     output_tokens: Mapped[int | None] = mapped_column(Integer)
@@ -285,47 +251,6 @@ class CurvePoint(Base):
 
 
 # --- regression schedules ------------------------------------------------------------------------------
-
-
-class ScheduleSource(StrEnum):
-    """Where a schedule finds new checkpoints."""
-
-    folder = "folder"
-    """Subfolders of a local (or mounted) folder, each one checkpoint."""
-    hub = "hub"
-    """Revisions of a Hugging Face repository."""
-
-
-class HubRevisions(StrEnum):
-    """Which revisions of a hub repository count as checkpoints."""
-
-    commits = "commits"
-    """Each new commit on one branch (from the branch's head when the schedule first looks)."""
-    branches = "branches"
-    """Each branch or tag other than that branch (e.g. `step1000`), at the commit it names when found."""
-
-
-class BaselineKind(StrEnum):
-    """What a checkpoint is compared with."""
-
-    first = "first"
-    """The schedule's first checkpoint (in step order) that did not end in error."""
-    previous = "previous"
-    """The nearest earlier checkpoint that did not end in error."""
-    job = "job"
-    """One fixed job (`schedules.baseline_job_id`)."""
-
-
-class Announcement(StrEnum):
-    """Where posting a checkpoint's verdict to the webhook stands."""
-
-    due = "due"
-    sending = "sending"
-    """Claimed by one tick, so that a concurrent tick does not post it too (a tick killed mid-post leaves
-    it here: a verdict is posted at most once)."""
-    sent = "sent"
-    failed = "failed"
-    """Every attempt failed; the last error is kept."""
 
 
 class Schedule(Base):

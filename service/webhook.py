@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import select, update
 
-from posbias.schemas import first_line
-from posbias.schemas.schedule import VerdictDetail
+from posbias.schemas import one_line
+from posbias.schemas.schedule import Announcement, VerdictDetail
 from posbias.service.database import Database
 from posbias.service.settings import Settings
-from posbias.service.tables import Announcement, Checkpoint
+from posbias.service.tables import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ def announce(db: Database, *, settings: Settings) -> tuple[list[str], list[str]]
         except (OSError, ValueError) as exc:
             tries = attempts + 1
             message = (
-                f"could not post the verdict of {label} to the webhook at {_host(url)} ({_one_line(exc)}); "
+                f"could not post the verdict of {label} to the webhook at {_host(url)} "
+                f"({_http_problem(exc)}); "
                 + (
                     "will retry at the next tick"
                     if tries < MAX_ANNOUNCE_ATTEMPTS
@@ -113,9 +114,10 @@ def _host(url: str) -> str:
     return urlsplit(url).hostname or "?"
 
 
-def _one_line(exc: BaseException) -> str:
+def _http_problem(exc: BaseException) -> str:
+    # The status or the reason, never the URL: chat webhooks carry their token in it.
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
     if isinstance(exc, urllib.error.URLError):
         return f"{exc.reason}"
-    return first_line(exc)
+    return one_line(exc)

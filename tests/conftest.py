@@ -12,9 +12,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.postgres import PostgresServer, running
 
 from posbias.service.settings import Settings
-from posbias.service.throwaway_postgres import PostgresServer, running
 
 REPO = Path(__file__).resolve().parents[1]
 

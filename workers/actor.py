@@ -10,35 +10,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from posbias.schemas import EngineInfo, ModelInfo, ShardResult, ShardSpec, WorkerConfig, first_line
+from posbias.schemas import LoadReport, ShardFailure, ShardResult, ShardSpec, WorkerConfig, one_line
 from posbias.workers.engine import Engine
-
-
-@dataclass(frozen=True)
-class LoadReport:
-    """What loading a model cost and produced."""
-
-    engine: EngineInfo
-    model: ModelInfo
-    seconds: float
-    pid: int
-
-
-@dataclass(frozen=True)
-class ShardFailure:
-    """A shard of a `run_many` call that raised while the others were answered."""
-
-    shard_id: int
-    error: str
-    """The error as one line."""
 
 
 class ShardActor:
     """Holds one engine; `run` answers one shard, `run_many` several in one engine call.
 
-    Wrapped with `ray.remote` by `workers/pool.py`, which sets its resources. The engine is loaded by
+    Wrapped with `ray.remote` by `service/pools.py`, which sets its resources. The engine is loaded by
     `load()` (so a loader error comes back as that call's error, not as a dead actor) and again lazily
     after Ray restarts a crashed actor process.
     """
@@ -94,7 +74,7 @@ class ShardActor:
                 try:
                     outcomes.append(run_shard(shard, engine=self._engine))
                 except Exception as exc:
-                    error = f"{type(exc).__name__}: {first_line(exc)}"
+                    error = one_line(exc, typed=True)
                     outcomes.append(ShardFailure(shard_id=shard.shard_id, error=error))
             return outcomes
 

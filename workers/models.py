@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from posbias.schemas import ModelInfo, PosbiasError
+from posbias.schemas import ModelInfo, PosbiasError, one_line
 
 DEMO_MODEL = "demo"
 """The model name that stands for the demo model on whatever machine runs it."""
@@ -261,23 +261,6 @@ def count_parameters(folder: Path) -> int | None:
         return sum(_safetensors_elements(file) for file in files)
     except (OSError, ValueError, KeyError):
         return None
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (loader errors are often several), for job and shard errors."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors) and type(exc).__name__ == "ValidationError":  # pydantic: say the first problem
-        try:
-            first = errors()[0]
-            message = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-        except (IndexError, KeyError, TypeError):
-            message = str(exc)
-    else:
-        message = str(exc)
-    flat = " ".join(message.split())
-    if len(flat) > 500:
-        flat = flat[:497] + "..."
-    return flat or type(exc).__name__
 
 
 def _safetensors_elements(file: Path) -> int:

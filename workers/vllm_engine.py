@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from posbias.schemas import EngineInfo, EngineOptions, ModelInfo, PosbiasError, WorkerConfig
+from posbias.schemas import EngineInfo, EngineOptions, ModelInfo, PosbiasError, WorkerConfig, one_line
 from posbias.workers.engine import Encoding, Generation, GenerationRequest
-from posbias.workers.models import ResolvedModel, one_line, read_model_info, resolve_model
+from posbias.workers.models import ResolvedModel, read_model_info, resolve_model
 
 # Enough candidates for the usual 4-10 options; more only when a question has more options.
 _MIN_LOGPROBS = 5

@@ -63,7 +63,7 @@ sql() { psql --no-psqlrc --tuples-only --no-align -v ON_ERROR_STOP=1 -d "${POSBI
 step "install posbias[cpu] into a fresh virtualenv in $work/venv ($("$python" --version))"
 # The same files the image build sees (Dockerfile.cpu.dockerignore), copied so the checkout stays untouched.
 mkdir -p "$work/src/deploy/docker"
-for path in pyproject.toml README.md LICENSE schemas service workers migrations; do
+for path in pyproject.toml README.md LICENSE posbias schemas service workers migrations; do
     if [[ -e $repo/$path ]]; then
         cp -r "$repo/$path" "$work/src/"
     fi
@@ -71,9 +71,33 @@ done
 cp "$repo/deploy/docker/install-cpu.sh" "$work/src/deploy/docker/"
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 "$python" -m venv "$work/venv"
-PYTHON="$work/venv/bin/python" "$work/src/deploy/docker/install-cpu.sh" "$work/src"
+# The wheel a package index would get, installed as a user installs it: one distribution, one import package.
+"$work/venv/bin/python" -m pip --no-input --disable-pip-version-check wheel --quiet --no-deps \
+    -w "$work/dist" "$work/src"
+wheel=$(ls "$work/dist"/posbias-*.whl)
+PYTHON="$work/venv/bin/python" "$work/src/deploy/docker/install-cpu.sh" "$wheel"
 export PATH="$work/venv/bin:$PATH"
 install_seconds=$SECONDS
+
+step "the installed wheel: one import package, the API, the command"
+(cd "$work" && "$work/venv/bin/python" - "$wheel" <<'EOF'
+import importlib.util
+import sys
+import zipfile
+
+import posbias
+
+top = {name.split("/")[0] for name in zipfile.ZipFile(sys.argv[1]).namelist()}
+packages = {name for name in top if not name.endswith(".dist-info")}
+assert packages == {"posbias"}, f"the wheel installs {sorted(packages)}, not only posbias"
+loose = [name for name in ("schemas", "service", "workers", "migrations") if importlib.util.find_spec(name)]
+assert not loose, f"importable on their own: {loose}"
+missing = [name for name in posbias.__all__ if getattr(posbias, name, None) is None]
+assert not missing, f"the API lacks {missing}"
+print("smoke-cpu: the wheel holds posbias only; API:", ", ".join(posbias.__all__))
+EOF
+)
+posbias --version
 
 step "database"
 if [[ -z ${POSBIAS_DATABASE_URL:-} ]]; then

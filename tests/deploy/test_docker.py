@@ -92,7 +92,8 @@ def test_build_context_excludes_everything_but_the_package(path: Path) -> None:
     assert patterns[0] == "*"
     readmitted = [p[1:] for p in patterns if p.startswith("!")]
     assert not any(p.startswith((".env", ".git", ".venv")) for p in readmitted)
-    assert {"pyproject.toml", "schemas/", "service/", "workers/", "migrations/"} <= set(readmitted)
+    package = {"pyproject.toml", "posbias/", "schemas/", "service/", "workers/", "migrations/"}
+    assert package <= set(readmitted)
 
 
 def test_cpu_image_runs_the_shared_install_recipe() -> None:

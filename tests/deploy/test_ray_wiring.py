@@ -67,7 +67,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    from posbias.service import throwaway_postgres
+    from support import postgres as throwaway_postgres
 
     workdir = Path(tempfile.mkdtemp(prefix="posbias-ray-"))  # short: Ray's socket paths have a length limit
     token = secrets.token_hex(32)

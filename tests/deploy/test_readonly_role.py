@@ -56,7 +56,9 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[Store]:
-    from posbias.service import database, throwaway_postgres
+    from support import postgres as throwaway_postgres
+
+    from posbias.service import database
 
     with throwaway_postgres.running() as server:
         with psycopg.connect(

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from posbias.service.throwaway_postgres import PostgresServer
+from support.postgres import PostgresServer
 
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 

@@ -3,8 +3,11 @@ stores, and CI must run its test command."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,7 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from posbias.service import database
-from posbias.service.cli import app
+from posbias.service.cli.app import app
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -90,3 +93,30 @@ def test_readme_sql_runs_on_the_store(posbias: Any, store_url: str) -> None:
     assert curve[-1].accuracy > curve[0].accuracy
     assert {row.batch_size for row in distance} == {10, 50}
     assert sum(row.n for row in distance) == 30 * 10 + 30 * 50
+
+
+def test_the_from_python_example_runs_as_written(tmp_path: Path, mmlu_dir: Path) -> None:
+    (example,) = [body for language, body in BLOCKS if language == "python"]
+    script = tmp_path / "example.py"
+    script.write_text(example)
+    env = {
+        **os.environ,
+        "POSBIAS_DATABASE_URL": f"sqlite:///{tmp_path / 'posbias.db'}",
+        "POSBIAS_MMLU_DIR": str(mmlu_dir),
+        "POSBIAS_POLL_SECONDS": "0.05",
+        "RAY_ADDRESS": "",
+    }
+    for command in (
+        [sys.executable, "-m", "posbias.service.cli", "db", "upgrade"],
+        [sys.executable, str(script)],
+    ):
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert int(lines[0]) > 0  # the dry run's prompt tokens
+    assert lines[1] == "done 40 trials"
+    table = "\n".join(lines[2:])
+    assert "position" in table and "ci_low" in table
+    # Two jobs of one spec hold the same trials, and the fake engine answers a prompt the same way each time.
+    diffs = [line.split()[-1] for line in lines if line.split() and line.split()[0].isdigit()][-10:]
+    assert diffs == ["0.0"] * 10, done.stdout

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.postgres import PostgresServer
 
 from posbias.schemas import (
     EngineInfo,
@@ -31,17 +32,17 @@ from posbias.schemas import (
     ModelInfo,
     ParseStatus,
     Question,
+    QuestionPool,
     QuestionResult,
     ShardResult,
     ShardSpec,
+    Submitted,
     TrialResult,
     TrialStatus,
 )
-from posbias.service import database, planner, queue
+from posbias.service import database, jobs, planner
 from posbias.service.database import Database
-from posbias.service.datasets import QuestionPool
 from posbias.service.settings import Settings
-from posbias.service.throwaway_postgres import PostgresServer
 
 POSTGRES_TEMPLATE = "posbias_template"
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
@@ -138,7 +139,7 @@ def pool() -> QuestionPool:
     return question_pool()
 
 
-MakeJob = Callable[..., queue.Submitted]
+MakeJob = Callable[..., Submitted]
 
 
 @pytest.fixture
@@ -148,9 +149,7 @@ def make_job() -> MakeJob:
     Defaults: batch sizes 2 and 3, 4 iterations, 2 trials per shard (4 shards).
     """
 
-    def submit(
-        db: Database, *, key: str | None = None, pool_size: int = 60, **fields: Any
-    ) -> queue.Submitted:
+    def submit(db: Database, *, key: str | None = None, pool_size: int = 60, **fields: Any) -> Submitted:
         values: dict[str, Any] = {
             "model": "fake/model",
             "batch_sizes": (2, 3),
@@ -161,7 +160,7 @@ def make_job() -> MakeJob:
         values.update(fields)
         spec = JobSpec.model_validate(values)
         plan = planner.plan(spec, pool=question_pool(pool_size))
-        return queue.submit(db, spec, plan, idempotency_key=key)
+        return jobs.submit(db, spec, plan, idempotency_key=key)
 
     return submit
 

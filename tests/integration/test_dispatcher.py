@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from posbias.service import queue
+from posbias.schemas import Submitted
+from posbias.service import jobs
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
 from posbias.service.settings import Settings
@@ -39,7 +40,7 @@ def result_rows(db: Database, job_id: int) -> tuple[int, int]:
 
 def expected_rows(db: Database, job_id: int) -> int:
     """trials x N over the job: what a finished job must hold, exactly."""
-    spec = queue.get_job(db, job_id).spec
+    spec = jobs.get(db, job_id).spec
     return sum(spec.trials_per_batch_size(n) * n for n in spec.batch_sizes)
 
 
@@ -52,12 +53,12 @@ def dispatch(db: Database, settings: Settings, **kwargs: Any) -> Any:
 
 
 def test_a_job_of_several_batch_sizes_completes_with_exact_rows(
-    db: Database, make_job: Callable[..., queue.Submitted], fast_settings: Callable[..., Settings]
+    db: Database, make_job: Callable[..., Submitted], fast_settings: Callable[..., Settings]
 ) -> None:
     job = make_job(db, batch_sizes=(1, 3, 5), iterations=6, shard_size=2).job_id
     summary = dispatch(db, fast_settings(db.url))
 
-    assert queue.get_job(db, job).status is JobStatus.done
+    assert jobs.get(db, job).status is JobStatus.done
     rows, distinct = result_rows(db, job)
     assert rows == distinct == expected_rows(db, job) == 6 * (1 + 3 + 5)
     assert summary.trials_done == 18
@@ -69,7 +70,7 @@ def test_a_job_of_several_batch_sizes_completes_with_exact_rows(
 
 
 def test_two_jobs_of_one_model_in_a_row_load_it_once(
-    db: Database, make_job: Callable[..., queue.Submitted], fast_settings: Callable[..., Settings]
+    db: Database, make_job: Callable[..., Submitted], fast_settings: Callable[..., Settings]
 ) -> None:
     first = make_job(db, iterations=2).job_id
     dispatcher = Dispatcher(db, settings=fast_settings(db.url))
@@ -80,16 +81,16 @@ def test_two_jobs_of_one_model_in_a_row_load_it_once(
         loads = dict(dispatcher.pools.loads)
     finally:
         dispatcher.close()
-    assert queue.get_job(db, first).status is JobStatus.done
-    assert queue.get_job(db, second).status is JobStatus.done
+    assert jobs.get(db, first).status is JobStatus.done
+    assert jobs.get(db, second).status is JobStatus.done
     assert list(loads.values()) == [1]
 
 
 def test_an_actor_killed_mid_shard_is_rerun_elsewhere_without_duplicates(
-    db: Database, make_job: Callable[..., queue.Submitted], fast_settings: Callable[..., Settings]
+    db: Database, make_job: Callable[..., Submitted], fast_settings: Callable[..., Settings]
 ) -> None:
     job = make_job(db, batch_sizes=(3,), iterations=8, shard_size=2, fake={"delay_s": 0.4}).job_id
-    key = queue.get_job(db, job).model_key
+    key = jobs.get(db, job).model_key
     dispatcher = Dispatcher(db, settings=fast_settings(db.url))
     killed: list[int] = []
 
@@ -112,17 +113,17 @@ def test_an_actor_killed_mid_shard_is_rerun_elsewhere_without_duplicates(
 
     assert killed, "the test never saw a shard in flight"
     assert summary.shards_failed >= 1
-    shards = queue.job_shards(db, job)
+    shards = jobs.shards(db, job)
     retried = [s for s in shards if s.attempts > 1]
     assert retried and all("worker died" in (s.last_error or "") for s in retried)
-    assert queue.get_job(db, job).status is JobStatus.done
+    assert jobs.get(db, job).status is JobStatus.done
     rows, distinct = result_rows(db, job)
     assert rows == distinct == expected_rows(db, job)
 
 
 def test_a_model_that_fails_to_load_fails_its_job_and_others_carry_on(
     db: Database,
-    make_job: Callable[..., queue.Submitted],
+    make_job: Callable[..., Submitted],
     fast_settings: Callable[..., Settings],
     tmp_path: Path,
 ) -> None:
@@ -133,11 +134,11 @@ def test_a_model_that_fails_to_load_fails_its_job_and_others_carry_on(
 
     dispatch(db, fast_settings(db.url))
 
-    failed = queue.get_job(db, broken)
+    failed = jobs.get(db, broken)
     assert failed.status is JobStatus.failed
     assert failed.error is not None and "does not exist" in failed.error
     assert "\n" not in failed.error
-    assert queue.get_job(db, healthy).status is JobStatus.done
+    assert jobs.get(db, healthy).status is JobStatus.done
 
 
 # --- dispatchers as processes, as users run them ------------------------------------------------------
@@ -181,17 +182,17 @@ def summary_of(process: subprocess.Popen[str]) -> dict[str, Any]:
 
 @pytest.mark.postgres
 def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
-    postgres_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
+    postgres_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:
     from posbias.service import database
 
     with database.connect(postgres_url) as db:
         job = make_job(db, batch_sizes=(2, 4), iterations=40, shard_size=1, fake={"delay_s": 0.1}).job_id
-        shards = len(queue.job_shards(db, job))
+        shards = len(jobs.shards(db, job))
         workers = [worker_process(postgres_url, tmp_path, "--until-empty") for _ in range(2)]
         summaries = [summary_of(w) for w in workers]
 
-        assert queue.get_job(db, job).status is JobStatus.done
+        assert jobs.get(db, job).status is JobStatus.done
         written = [s["shards_written"] for s in summaries]
         assert sum(written) == shards
         assert all(w > 0 for w in written), f"one dispatcher did all the work: {written}"
@@ -200,46 +201,46 @@ def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
 
 
 def test_a_dispatcher_killed_mid_job_and_restarted_finishes_it(
-    database_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
+    database_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:
     from posbias.service import database
 
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(3,), iterations=10, shard_size=1, fake={"delay_s": 0.3}).job_id
         first = worker_process(database_url, tmp_path, "--until-empty")
-        wait_for(lambda: queue.job_progress(db, job).trials_done >= 2)
+        wait_for(lambda: jobs.progress(db, job).trials_done >= 2)
         os.killpg(first.pid, signal.SIGKILL)
         first.communicate()
-        leased = queue.job_progress(db, job).shards[ShardStatus.leased]
-        assert queue.get_job(db, job).status is JobStatus.running
+        leased = jobs.progress(db, job).shards[ShardStatus.leased]
+        assert jobs.get(db, job).status is JobStatus.running
 
         second = worker_process(database_url, tmp_path, "--until-empty")
         summary_of(second)
 
-        assert queue.get_job(db, job).status is JobStatus.done
+        assert jobs.get(db, job).status is JobStatus.done
         rows, distinct = result_rows(db, job)
         assert rows == distinct == expected_rows(db, job)
         if leased:  # the killed dispatcher's leases expired and went back to the queue
-            assert any(s.attempts > 1 for s in queue.job_shards(db, job))
+            assert any(s.attempts > 1 for s in jobs.shards(db, job))
 
 
 def test_sigterm_stops_leasing_finishes_in_flight_and_exits_cleanly(
-    database_url: str, make_job: Callable[..., queue.Submitted], tmp_path: Path
+    database_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:
     from posbias.service import database
 
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(2,), iterations=30, shard_size=1, fake={"delay_s": 0.3}).job_id
         process = worker_process(database_url, tmp_path, "--until-empty")
-        wait_for(lambda: queue.job_progress(db, job).trials_done >= 1)
+        wait_for(lambda: jobs.progress(db, job).trials_done >= 1)
         process.send_signal(signal.SIGTERM)
         summary = summary_of(process)
 
         assert summary["interrupted"] is True
-        progress = queue.job_progress(db, job)
+        progress = jobs.progress(db, job)
         assert progress.shards[ShardStatus.leased] == 0, "a stopped dispatcher must not keep leases"
         assert 1 <= progress.trials_done < 30
         assert progress.shards[ShardStatus.queued] == 30 - progress.trials_done
         rows, distinct = result_rows(db, job)
         assert rows == distinct == 2 * progress.trials_done
-        assert all(s.attempts <= 1 for s in queue.job_shards(db, job))
+        assert all(s.attempts <= 1 for s in jobs.shards(db, job))

@@ -10,13 +10,13 @@ import pytest
 import ray
 import sqlalchemy as sa
 
-from posbias.schemas import ShardResult, ShardSpec, WorkerConfig
-from posbias.service import queue, store
+from posbias.schemas import ShardResult, ShardSpec, Submitted, WorkerConfig
+from posbias.service import jobs, queue
 from posbias.service.database import Database
+from posbias.service.pools import ModelPools
 from posbias.service.tables import JobStatus
-from posbias.workers.pool import ModelPools
 
-MakeJob = Callable[..., queue.Submitted]
+MakeJob = Callable[..., Submitted]
 Answer = Callable[..., ShardResult]
 
 
@@ -73,7 +73,7 @@ def test_a_batch_of_results_is_written_in_one_go_and_a_lost_lease_only_loses_its
     queue.release(db, [lost.shard_id], owner="w1")
     results = [answer(shard) for shard in shards]
 
-    outcomes = store.write_shard_results(db, [*results, results[0]], owner="w1")
+    outcomes = queue.complete(db, [*results, results[0]], owner="w1")
 
     assert [o.written for o in outcomes] == [True, False, True, True, False]
     assert outcomes[1].reason is not None and "lease" in outcomes[1].reason
@@ -84,9 +84,9 @@ def test_a_batch_of_results_is_written_in_one_go_and_a_lost_lease_only_loses_its
             sa.text("SELECT (SELECT count(*) FROM results), (SELECT sum(n) FROM curve_points)")
         ).one()
     assert rows == totals == sum(len(results[i].results) for i in (0, 2, 3))
-    assert queue.get_job(db, lost.job_id).status is JobStatus.running
+    assert jobs.get(db, lost.job_id).status is JobStatus.running
 
     again = queue.lease(db, owner="w2", limit=10, lease_seconds=60)
     assert [lease.shard_id for lease in again] == [lost.shard_id]
-    assert store.write_shard_results(db, [answer(again[0].shard)], owner="w2")[0].written
-    assert queue.get_job(db, lost.job_id).status is JobStatus.done
+    assert queue.complete(db, [answer(again[0].shard)], owner="w2")[0].written
+    assert jobs.get(db, lost.job_id).status is JobStatus.done

@@ -26,7 +26,7 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.service import queue, store
+from posbias.service import jobs, queue, store
 from posbias.service.database import connect
 from posbias.service.tables import JobStatus, ShardStatus
 
@@ -88,7 +88,7 @@ def drain(url: str, owner: str) -> list[Event]:
                     assert status is ShardStatus.queued
                     events.append(Event("failed", lease.shard_id, lease.attempt, owner))
                     continue
-                outcome = store.write_shard_result(db, _result(lease.shard), owner=owner)
+                outcome = queue.complete(db, [_result(lease.shard)], owner=owner)[0]
                 kind = "written" if outcome.written else "discarded"
                 events.append(Event(kind, lease.shard_id, lease.attempt, owner))
     return events
@@ -120,7 +120,7 @@ def _plan() -> tuple[JobSpec, Plan]:
 def test_four_processes_complete_every_shard_exactly_once(database_url: str) -> None:
     spec, plan = _plan()
     with connect(database_url) as db:
-        job_id = queue.submit(db, spec, plan).job_id
+        job_id = jobs.submit(db, spec, plan).job_id
 
     # spawn, not fork: a forked child would share the parent's pooled connections.
     context = multiprocessing.get_context("spawn")
@@ -149,8 +149,8 @@ def test_four_processes_complete_every_shard_exactly_once(database_url: str) -> 
     assert len({e.owner for e in leases}) == PROCESSES
 
     with connect(database_url) as db:
-        assert queue.get_job(db, job_id).status is JobStatus.done
-        assert queue.job_progress(db, job_id).shards[ShardStatus.done] == SHARDS
+        assert jobs.get(db, job_id).status is JobStatus.done
+        assert jobs.progress(db, job_id).shards[ShardStatus.done] == SHARDS
         with db.read() as session:
             assert (
                 session.execute(sa.text("SELECT count(*) FROM results")).scalar_one() == SHARDS * BATCH_SIZE

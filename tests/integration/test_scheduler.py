@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 
 from posbias.schemas import ConflictError, NotFoundError, PosbiasError
 from posbias.schemas.schedule import RegressionRule, Verdict
-from posbias.service import database, queue, scheduler, store
+from posbias.service import database, jobs, queue, schedule_report, scheduler, schedules
 from posbias.service.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
@@ -56,7 +56,7 @@ def write_checkpoint(
     path = folder / name
     path.mkdir(parents=True, exist_ok=True)
     if hook is not None:
-        (path / scheduler.FAKE_HOOK).write_text(json.dumps(hook))
+        (path / schedules.FAKE_HOOK).write_text(json.dumps(hook))
     if config:
         (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     if weights:
@@ -73,8 +73,8 @@ def add(
     template: dict[str, Any] | None = None,
     baseline: str = "first",
     rule: RegressionRule = RULE,
-) -> scheduler.ScheduleRecord:
-    return scheduler.add_schedule(
+) -> schedules.ScheduleRecord:
+    return schedules.add_schedule(
         db,
         name,
         source=FolderSource(path=folder),
@@ -85,18 +85,18 @@ def add(
     )
 
 
-def by_name(db: Database, name: str = "nightly") -> dict[str, scheduler.CheckpointRecord]:
-    return {c.name: c for c in scheduler.list_checkpoints(db, name)}
+def by_name(db: Database, name: str = "nightly") -> dict[str, schedules.CheckpointRecord]:
+    return {c.name: c for c in schedules.list_checkpoints(db, name)}
 
 
 def run_inline(db: Database, job_id: int) -> None:
     """Run a job in this process as a worker would (lease, `run_shard` on the fake engine, write)."""
-    spec = queue.get_job(db, job_id).spec
+    spec = jobs.get(db, job_id).spec
     engine = FakeEngine(spec.fake, seed=spec.seed, model=spec.model)
     while leases := queue.lease(db, owner="inline", limit=100, lease_seconds=60, job_ids=[job_id]):
         for lease in leases:
-            assert store.write_shard_result(db, run_shard(lease.shard, engine=engine), owner="inline").written
-    assert queue.get_job(db, job_id).status is JobStatus.done
+            assert queue.complete(db, [run_shard(lease.shard, engine=engine)], owner="inline")[0].written
+    assert jobs.get(db, job_id).status is JobStatus.done
 
 
 def dispatch(db: Database, settings: Settings) -> None:
@@ -160,10 +160,10 @@ def test_checkpoints_are_picked_up_once_complete_run_and_judged_by_the_rule(
     assert count_jobs(db) == 3
 
     checkpoints = by_name(db)
-    jobs = {name: queue.get_job(db, c.job_id) for name, c in checkpoints.items() if c.job_id is not None}
-    assert jobs["checkpoint-200"].spec.seed == 7 and jobs["checkpoint-200"].spec.fake.first == 0.3
-    assert jobs["checkpoint-300"].spec.fake.first == 0.1 and jobs["checkpoint-300"].spec.seed == 0
-    assert jobs["checkpoint-100"].model == str((folder / "checkpoint-100").resolve())
+    got = {name: jobs.get(db, c.job_id) for name, c in checkpoints.items() if c.job_id is not None}
+    assert got["checkpoint-200"].spec.seed == 7 and got["checkpoint-200"].spec.fake.first == 0.3
+    assert got["checkpoint-300"].spec.fake.first == 0.1 and got["checkpoint-300"].spec.seed == 0
+    assert got["checkpoint-100"].model == str((folder / "checkpoint-100").resolve())
     assert {c.verdict for c in checkpoints.values()} == {Verdict.pending}
 
     dispatch(db, settings)
@@ -194,7 +194,7 @@ def test_checkpoints_are_picked_up_once_complete_run_and_judged_by_the_rule(
     assert later.schedules[0].settled == []
     assert [r.checkpoint for r in later.regressions] == ["checkpoint-300"]
 
-    report = scheduler.schedule_report(db, "nightly")
+    report = schedule_report.schedule_report(db, "nightly")
     assert [row.checkpoint.name for row in report.rows] == [
         "checkpoint-100",
         "checkpoint-200",
@@ -219,7 +219,7 @@ def test_a_checkpoint_that_cannot_be_loaded_gets_verdict_error_and_the_schedule_
     (broken / "config.json").unlink()  # gone after discovery: the worker's loader refuses the folder
 
     dispatch(db, settings)
-    assert queue.get_job(db, job).status is JobStatus.failed
+    assert jobs.get(db, job).status is JobStatus.failed
     write_checkpoint(folder, "step-2")
     done = scheduler.tick(db, settings=settings).schedules[0]
 
@@ -231,7 +231,7 @@ def test_a_checkpoint_that_cannot_be_loaded_gets_verdict_error_and_the_schedule_
 
     # Once the checkpoint is fixed and its job retried, it is judged again.
     write_checkpoint(folder, "step-1")
-    queue.retry_job(db, job)
+    jobs.retry(db, job)
     scheduler.tick(db, settings=settings)
     assert by_name(db)["step-1"].verdict is Verdict.pending
 
@@ -320,7 +320,7 @@ def test_previous_skips_a_checkpoint_in_error_and_waits_for_an_unfinished_baseli
     assert detail is not None and detail.baseline_checkpoint == "ckpt-1"
 
 
-def _job(checkpoint: scheduler.CheckpointRecord) -> int:
+def _job(checkpoint: schedules.CheckpointRecord) -> int:
     assert checkpoint.job_id is not None
     return checkpoint.job_id
 
@@ -436,7 +436,7 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
 ) -> None:
     hub = StubHub()
     hub.commits = [sha(3), sha(2), sha(1)]
-    scheduler.add_schedule(
+    schedules.add_schedule(
         db,
         "hub",
         source=HubSource(repo="org/model"),
@@ -447,7 +447,7 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
     )
     first = scheduler.tick(db, settings=settings, hub=hub).schedules[0]
     assert first.discovered == [sha(3)[:12]]  # the head only: the schedule is for revisions from now on
-    job = queue.get_job(db, first.submitted[0].job_id)
+    job = jobs.get(db, first.submitted[0].job_id)
     assert (job.model, job.revision) == ("org/model", sha(3))
 
     hub.commits = [sha(5), sha(4), *hub.commits]
@@ -459,8 +459,8 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
     hub.error = ConnectionError("connection refused")
     unreachable = scheduler.tick(db, settings=settings, hub=hub).schedules[0]
     assert unreachable.problem is not None and unreachable.problem.startswith("hub unreachable")
-    assert scheduler.get_schedule(db, "hub").last_error == unreachable.problem
-    assert len(scheduler.list_checkpoints(db, "hub")) == 3  # nothing lost
+    assert schedules.get_schedule(db, "hub").last_error == unreachable.problem
+    assert len(schedules.list_checkpoints(db, "hub")) == 3  # nothing lost
 
     # The real client, offline: the same record, and a folder schedule in the same tick carries on.
     import huggingface_hub.constants
@@ -477,7 +477,7 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
 def test_hub_branches_are_checkpoints_in_step_order(db: Database, settings: Settings) -> None:
     hub = StubHub()
     hub.branches = [("main", sha(9)), ("step10", sha(2)), ("step2", sha(1))]
-    scheduler.add_schedule(
+    schedules.add_schedule(
         db,
         "pythia",
         source=HubSource(repo="org/pythia", revisions=HubRevisions.branches),
@@ -488,7 +488,7 @@ def test_hub_branches_are_checkpoints_in_step_order(db: Database, settings: Sett
     )
     done = scheduler.tick(db, settings=settings, hub=hub).schedules[0]
     assert done.discovered == ["step2", "step10"]
-    assert [(c.name, c.revision) for c in scheduler.list_checkpoints(db, "pythia")] == [
+    assert [(c.name, c.revision) for c in schedules.list_checkpoints(db, "pythia")] == [
         ("step2", sha(1)),
         ("step10", sha(2)),
     ]
@@ -537,7 +537,7 @@ def test_checkpoints_sort_by_trailing_step_then_name(
         "checkpoint-10",
         "checkpoint-final",
     ]
-    assert [c.step for c in scheduler.list_checkpoints(db, "nightly")] == [2, 2, 10, None]
+    assert [c.step for c in schedules.list_checkpoints(db, "nightly")] == [2, 2, 10, None]
 
 
 def test_pause_stops_discovery_and_remove_forgets_the_schedule_but_not_its_jobs(
@@ -547,15 +547,15 @@ def test_pause_stops_discovery_and_remove_forgets_the_schedule_but_not_its_jobs(
     write_checkpoint(folder, "p-1")
     add(db, settings, folder, template=SMALL)
     scheduler.tick(db, settings=settings)
-    assert scheduler.set_paused(db, "nightly", paused=True).paused
+    assert schedules.set_paused(db, "nightly", paused=True).paused
     write_checkpoint(folder, "p-2")
     run_inline(db, _job(by_name(db)["p-1"]))
     paused = scheduler.tick(db, settings=settings).schedules[0]
     assert paused.paused and paused.discovered == [] and [s.checkpoint for s in paused.settled] == ["p-1"]
 
-    scheduler.set_paused(db, "nightly", paused=False)
+    schedules.set_paused(db, "nightly", paused=False)
     assert scheduler.tick(db, settings=settings).schedules[0].discovered == ["p-2"]
-    assert scheduler.remove_schedule(db, "nightly") == 2
-    assert scheduler.list_schedules(db) == [] and count_jobs(db) == 2
+    assert schedules.remove_schedule(db, "nightly") == 2
+    assert schedules.list_schedules(db) == [] and count_jobs(db) == 2
     with pytest.raises(NotFoundError, match="no schedule 'nightly'"):
         scheduler.tick(db, settings=settings, name="nightly")

@@ -12,13 +12,13 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from posbias.schemas import NotFoundError, ShardResult
-from posbias.service import queue, store
+from posbias.schemas import NotFoundError, ShardResult, Submitted
+from posbias.service import jobs, queue, store
 from posbias.service.analysis import PositionCount, wilson_interval
 from posbias.service.database import Database, normalise_url
 from posbias.service.tables import JobStatus, ShardStatus
 
-MakeJob = Callable[..., queue.Submitted]
+MakeJob = Callable[..., Submitted]
 Answer = Callable[..., ShardResult]
 LEASE_S = 60.0
 
@@ -30,7 +30,7 @@ def _count(db: Database, table: str) -> int:
 
 def _run_job(db: Database, answer: Answer, job_id: int, **how: Callable[..., bool]) -> None:
     for lease in queue.lease(db, owner="w1", limit=100, lease_seconds=LEASE_S, job_ids=[job_id]):
-        assert store.write_shard_result(db, answer(lease.shard, **how), owner="w1").written
+        assert queue.complete(db, [answer(lease.shard, **how)], owner="w1")[0].written
 
 
 # --- writing ------------------------------------------------------------------------------------------
@@ -40,18 +40,18 @@ def test_writing_every_shard_finishes_the_job(db: Database, make_job: MakeJob, a
     job_id = make_job(db).job_id
     leases = queue.lease(db, owner="w1", limit=10, lease_seconds=LEASE_S)
 
-    outcome = store.write_shard_result(db, answer(leases[0].shard), owner="w1")
+    outcome = queue.complete(db, [answer(leases[0].shard)], owner="w1")[0]
     assert outcome.written and outcome.reason is None
     assert outcome.results == 2 + 2  # two trials at batch size 2
-    assert queue.get_job(db, job_id).status is JobStatus.running
+    assert jobs.get(db, job_id).status is JobStatus.running
     for lease in leases[1:]:
-        store.write_shard_result(db, answer(lease.shard), owner="w1")
+        queue.complete(db, [answer(lease.shard)], owner="w1")[0]
 
-    job = queue.get_job(db, job_id)
+    job = jobs.get(db, job_id)
     assert job.status is JobStatus.done and job.finished_at is not None
     assert job.engine is not None and (job.engine.name, job.engine.dtype) == ("fake", "float32")
     assert _count(db, "results") == 4 * 2 + 4 * 3
-    progress = queue.job_progress(db, job_id)
+    progress = jobs.progress(db, job_id)
     assert (progress.trials_done, progress.finished) == (8, True)
     (model,) = store.list_models(db)
     assert (model.name, model.revision, model.sliding_window_layers) == ("fake/model", None, (0, 2))
@@ -62,9 +62,9 @@ def test_a_redelivered_result_is_written_once(db: Database, make_job: MakeJob, a
     (lease,) = queue.lease(db, owner="w1", limit=1, lease_seconds=LEASE_S)
     result = answer(lease.shard)
 
-    assert store.write_shard_result(db, result, owner="w1").written
+    assert queue.complete(db, [result], owner="w1")[0].written
     counts = store.curve_counts(db, job_id=job_id)
-    again = store.write_shard_result(db, result, owner="w1")
+    again = queue.complete(db, [result], owner="w1")[0]
 
     assert not again.written and again.reason == f"shard {lease.shard_id} is already done"
     assert _count(db, "results") == 4
@@ -80,12 +80,12 @@ def test_a_late_result_after_the_lease_moved_on_is_discarded(
     (fresh,) = queue.lease(db, owner="fast", limit=1, lease_seconds=LEASE_S)
     assert fresh.shard_id == stale.shard_id and fresh.attempt == 2
 
-    late = store.write_shard_result(db, answer(stale.shard), owner="slow")
+    late = queue.complete(db, [answer(stale.shard)], owner="slow")[0]
     assert not late.written
     assert late.reason == f"the lease on shard {stale.shard_id} was lost: it is leased by fast"
     assert _count(db, "results") == 0
 
-    assert store.write_shard_result(db, answer(fresh.shard), owner="fast").written
+    assert queue.complete(db, [answer(fresh.shard)], owner="fast")[0].written
     assert _count(db, "results") == 2
 
 
@@ -95,7 +95,7 @@ def test_a_result_for_an_expired_but_unclaimed_lease_is_still_written(
     # Nobody recovered it yet: the work is done, so keeping it beats redoing it.
     make_job(db, iterations=1, batch_sizes=(2,))
     (lease,) = queue.lease(db, owner="w1", limit=1, lease_seconds=0.001)
-    assert store.write_shard_result(db, answer(lease.shard), owner="w1").written
+    assert queue.complete(db, [answer(lease.shard)], owner="w1")[0].written
 
 
 def test_a_result_that_does_not_match_its_shard_writes_nothing(
@@ -106,7 +106,7 @@ def test_a_result_that_does_not_match_its_shard_writes_nothing(
     wrong = answer(first.shard).model_copy(update={"shard_id": second.shard_id})
 
     with pytest.raises(ValueError, match="reports trials"):
-        store.write_shard_result(db, wrong, owner="w1")
+        queue.complete(db, [wrong], owner="w1")[0]
 
     assert _count(db, "results") == 0
     assert queue.heartbeat(db, [second.shard_id], owner="w1", lease_seconds=LEASE_S) == {second.shard_id}
@@ -116,11 +116,11 @@ def test_skipped_trials_have_no_results(db: Database, make_job: MakeJob, answer:
     job_id = make_job(db, iterations=2, batch_sizes=(3,)).job_id
     _run_job(db, answer, job_id, skip=lambda trial: trial == 0)
 
-    progress = queue.job_progress(db, job_id)
+    progress = jobs.progress(db, job_id)
     assert (progress.trials_done, progress.trials_skipped) == (1, 1)
     assert _count(db, "results") == 3
     assert [c.n for c in store.curve_counts(db, job_id=job_id)] == [1, 1, 1]
-    assert queue.job_shards(db, job_id)[0].status is ShardStatus.done
+    assert jobs.shards(db, job_id)[0].status is ShardStatus.done
 
 
 # --- reading ------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from posbias.schemas import DatasetSpec, Question
-from posbias.service.datasets import QuestionPool, load_questions, question_id
+from posbias.schemas import DatasetSpec, Question, QuestionPool
+from posbias.service.datasets import load_questions, question_id
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import constants
 
-from posbias.schemas import DatasetSpec, JobSpec, PosbiasError
-from posbias.service.datasets import QuestionPool, check_pool, load_questions, question_id
+from posbias.schemas import DatasetSpec, JobSpec, PosbiasError, QuestionPool
+from posbias.service.datasets import check_pool, load_questions, question_id
 
 
 def test_both_mmlu_layouts_load_the_same_questions(mmlu_dir: Path, mmlu_pool: QuestionPool) -> None:

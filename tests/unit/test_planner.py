@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from posbias.schemas import Design, JobSpec, PosbiasError, RotationCostWarning, ShardSpec
-from posbias.service.datasets import QuestionPool
-from posbias.service.planner import QUESTIONS_PER_SHARD, plan, shard_spec
+from posbias.schemas import Design, JobSpec, PosbiasError, QuestionPool, RotationCostWarning, ShardSpec
+from posbias.service.planner import QUESTIONS_PER_SHARD, plan
+from posbias.service.shards import shard_spec
 
 PoolFactory = Callable[..., QuestionPool]
 

@@ -10,8 +10,16 @@ import xgrammar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posbias.schemas import ChatTemplateUse, JobSpec, PosbiasError, PromptTemplate, Question, Trial
-from posbias.service.datasets import QuestionPool, question_id
+from posbias.schemas import (
+    ChatTemplateUse,
+    JobSpec,
+    PosbiasError,
+    PromptTemplate,
+    Question,
+    QuestionPool,
+    Trial,
+)
+from posbias.service.datasets import question_id
 from posbias.service.planner import plan
 from posbias.workers.prompts import answer_regex, option_labels, options_phrase, render
 from posbias.workers.testing import CHAT_TEMPLATE, FakeTokenizer

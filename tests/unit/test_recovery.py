@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from posbias.schemas import JobSpec
+from posbias.schemas import JobSpec, QuestionPool
 from posbias.service.analysis import CorrectnessMatrix, build_curve, count_positions
-from posbias.service.datasets import QuestionPool
-from posbias.service.planner import plan, shard_spec
+from posbias.service.planner import plan
+from posbias.service.shards import shard_spec
 from posbias.workers.shard import run_shard
 from posbias.workers.testing import FakeEngine
 

@@ -12,12 +12,13 @@ from posbias.schemas import (
     JobSpec,
     ParseStatus,
     PosbiasError,
+    QuestionPool,
     ShardResult,
     ShardSpec,
     TrialStatus,
 )
-from posbias.service.datasets import QuestionPool
-from posbias.service.planner import plan, shard_spec
+from posbias.service.planner import plan
+from posbias.service.shards import shard_spec
 from posbias.workers.prompts import render
 from posbias.workers.shard import run_shard
 from posbias.workers.testing import FakeEngine, FakeTokenizer

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from posbias.schemas import JobSpec, ShardResult, ShardSpec, WorkerConfig
-from posbias.service.datasets import QuestionPool
-from posbias.service.planner import plan, shard_spec
+from posbias.schemas import JobSpec, QuestionPool, ShardResult, ShardSpec, WorkerConfig
+from posbias.service.planner import plan
+from posbias.service.shards import shard_spec
 from posbias.workers.actor import ShardActor, ShardFailure
 from posbias.workers.shard import run_shard, run_shards
 from posbias.workers.testing import FakeEngine

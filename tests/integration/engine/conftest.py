@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import GEMMA2_MAX_MODEL_LEN, GEMMA2_WINDOW, KV_CACHE_GIB
+from support.tinymodels import build_tiny_model
 
 from posbias.schemas import EngineOptions, WorkerConfig
-from posbias.workers.tinymodels import build_tiny_model
 from posbias.workers.vllm_engine import VllmEngine
 
 

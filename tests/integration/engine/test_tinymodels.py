@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support.tinymodels import build_tiny_model
 from transformers import AutoConfig, AutoTokenizer
-
-from posbias.workers.tinymodels import build_tiny_model
 
 
 def test_the_same_seed_builds_the_same_files(tmp_path: Path, tiny_gemma2_dir: Path) -> None:

@@ -2,36 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
-
-from posbias.schemas import Comparison, Curve, NotFoundError, PosbiasError
-from posbias.service import analysis, queue, store
+from posbias.schemas import Comparison, Curve, CurveAxis, CurveQuery, NotFoundError, PosbiasError
+from posbias.service import analysis, jobs, store
 from posbias.service.database import Database
-
-
-class CurveAxis(StrEnum):
-    """What a curve's x axis is."""
-
-    position = "position"
-    token_distance = "token-distance"
-
-
-@dataclass(frozen=True)
-class CurveQuery:
-    """Which results make up a curve: a model (and revision) or a job, optionally one batch size."""
-
-    model: str | None = None
-    revision: str | None = None
-    batch_size: int | None = None
-    job_id: int | None = None
-
-    def describe(self) -> str:
-        """The query in words, for messages."""
-        parts = [f"model {self.model}" if self.model else "", f"job {self.job_id}" if self.job_id else ""]
-        parts += [f"revision {self.revision}" if self.revision else ""]
-        parts += [f"batch size {self.batch_size}" if self.batch_size else ""]
-        return ", ".join(p for p in parts if p)
 
 
 def curves(
@@ -50,7 +23,7 @@ def curves(
     if query.model is None and query.job_id is None:
         raise PosbiasError("name a model (--model) or a job (--job)")
     if query.job_id is not None:
-        job = queue.get_job(db, query.job_id)  # NotFoundError names the fix
+        job = jobs.get(db, query.job_id)  # NotFoundError names the fix
         model, revision = job.model, job.revision
     else:
         assert query.model is not None

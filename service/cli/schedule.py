@@ -1,53 +1,29 @@
 """`posbias schedule ...`: regression runs for new checkpoints (see `service/scheduler.py`).
 
-A typer sub-app mounted by `service/cli.py`. It reads the same `Settings` (the parent's context object) and
-leaves errors to `service.cli.main`: `PosbiasError` is one line and exit 1, a usage error exit 2.
+A typer sub-app mounted by `service/cli/app.py`. It reads the same `Settings` (the parent's context object)
+and leaves errors to `app.main`: `PosbiasError` is one line and exit 1, a usage error exit 2.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from posbias.schemas import Interval, PosbiasError
-from posbias.schemas.schedule import PositionDrop, RegressionRule
-from posbias.service import database, scheduler
+from posbias.schemas.schedule import HubRevisions, PositionDrop, RegressionRule
+from posbias.service import schedule_report, scheduler, schedules
 from posbias.service.checkpoints import FolderSource, HubSource, Source
-from posbias.service.database import Database
-from posbias.service.settings import Settings
-from posbias.service.tables import HubRevisions
+from posbias.service.cli.common import JsonOpt, err, open_store, out, print_json
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-schedule_app = typer.Typer(
+app = typer.Typer(
     help="Regression runs: evaluate each new checkpoint of a model and judge it against a baseline.",
     no_args_is_help=True,
 )
 
 NameArg = Annotated[str, typer.Argument(help="Schedule name.", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
-
-@contextmanager
-def _database(ctx: typer.Context) -> Iterator[Database]:
-    settings: Settings = ctx.obj
-    db = database.connect(settings.database_url)
-    try:
-        yield db
-    finally:
-        db.close()
-
-
-def _print_json(data: Any) -> None:
-    out.print_json(json.dumps(data, default=str))
 
 
 def _rule(
@@ -68,7 +44,7 @@ def _rule(
 # --- add / list / show / remove / pause / resume --------------------------------------------------------
 
 
-@schedule_app.command("add")
+@app.command("add")
 def add(
     ctx: typer.Context,
     name: NameArg,
@@ -125,9 +101,9 @@ def add(
         ctx.fail("give one checkpoint source: --folder DIR or --hub OWNER/NAME")
     rule = _rule(ctx, max_drop=max_drop, max_ratio_drop=max_ratio_drop, confidence=confidence)
     try:
-        template = scheduler.load_template(spec)
-        scheduler.template_spec(template)
-        scheduler.parse_baseline(baseline)
+        template = schedules.load_template(spec)
+        schedules.template_spec(template)
+        schedules.parse_baseline(baseline)
     except PosbiasError as exc:
         ctx.fail(str(exc))
     source: Source = (
@@ -135,29 +111,29 @@ def add(
         if folder is not None
         else HubSource(repo=str(hub), branch=branch, revisions=revisions)
     )
-    with _database(ctx) as db:
-        record = scheduler.add_schedule(
+    with open_store(ctx) as db:
+        record = schedules.add_schedule(
             db, name, source=source, template=template, baseline=baseline, rule=rule, settings=ctx.obj
         )
     if as_json:
-        _print_json(_schedule_json(record))
+        print_json(_schedule_json(record))
         return
     out.print(f"added schedule {record.name}: {record.source_text}, baseline {record.baseline_text}")
     out.print(f"rule: {record.rule.describe()}")
     out.print(f"run `posbias schedule tick {record.name}` from cron, and `posbias worker` to run its jobs")
 
 
-@schedule_app.command("list")
+@app.command("list")
 def list_(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List schedules with their source, baseline, rule and state.
 
     Example: posbias schedule list --json
     """
-    with _database(ctx) as db:
-        records = scheduler.list_schedules(db)
-        counts = {r.name: len(scheduler.list_checkpoints(db, r.name)) for r in records}
+    with open_store(ctx) as db:
+        records = schedules.list_schedules(db)
+        counts = {r.name: len(schedules.list_checkpoints(db, r.name)) for r in records}
     if as_json:
-        _print_json([{**_schedule_json(r), "checkpoints": counts[r.name]} for r in records])
+        print_json([{**_schedule_json(r), "checkpoints": counts[r.name]} for r in records])
         return
     if not records:
         out.print("no schedules yet: `posbias schedule add --help`")
@@ -179,17 +155,17 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     out.print(table)
 
 
-@schedule_app.command("show")
+@app.command("show")
 def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     """One schedule: its settings and every checkpoint with its job and verdict.
 
     Example: posbias schedule show nightly
     """
-    with _database(ctx) as db:
-        record = scheduler.get_schedule(db, name)
-        checkpoints = scheduler.list_checkpoints(db, name)
+    with open_store(ctx) as db:
+        record = schedules.get_schedule(db, name)
+        checkpoints = schedules.list_checkpoints(db, name)
     if as_json:
-        _print_json({**_schedule_json(record), "checkpoints": [_checkpoint_json(c) for c in checkpoints]})
+        print_json({**_schedule_json(record), "checkpoints": [_checkpoint_json(c) for c in checkpoints]})
         return
     out.print(f"schedule {record.name} ({'paused' if record.paused else 'active'}): {record.source_text}")
     out.print(f"baseline: {record.baseline_text}; rule: {record.rule.describe()}")
@@ -210,21 +186,21 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     out.print(table if checkpoints else "no checkpoints yet: `posbias schedule tick` looks for them")
 
 
-@schedule_app.command("remove")
+@app.command("remove")
 def remove(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     """Delete a schedule and its checkpoint records; the jobs it submitted and their results stay.
 
     Example: posbias schedule remove nightly
     """
-    with _database(ctx) as db:
-        forgotten = scheduler.remove_schedule(db, name)
+    with open_store(ctx) as db:
+        forgotten = schedules.remove_schedule(db, name)
     if as_json:
-        _print_json({"schedule": name, "removed": True, "checkpoints": forgotten})
+        print_json({"schedule": name, "removed": True, "checkpoints": forgotten})
     else:
         out.print(f"removed schedule {name} ({forgotten} checkpoint records; its jobs stay)")
 
 
-@schedule_app.command("pause")
+@app.command("pause")
 def pause(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     """Stop picking up new checkpoints (jobs already submitted still get their verdicts).
 
@@ -233,7 +209,7 @@ def pause(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     _set_paused(ctx, name, paused=True, as_json=as_json)
 
 
-@schedule_app.command("resume")
+@app.command("resume")
 def resume(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     """Pick up new checkpoints again; the next tick catches up on any that appeared meanwhile.
 
@@ -243,10 +219,10 @@ def resume(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
 
 
 def _set_paused(ctx: typer.Context, name: str, *, paused: bool, as_json: bool) -> None:
-    with _database(ctx) as db:
-        record = scheduler.set_paused(db, name, paused=paused)
+    with open_store(ctx) as db:
+        record = schedules.set_paused(db, name, paused=paused)
     if as_json:
-        _print_json(_schedule_json(record))
+        print_json(_schedule_json(record))
     else:
         out.print(f"schedule {name} is {'paused' if record.paused else 'active'}")
 
@@ -254,7 +230,7 @@ def _set_paused(ctx: typer.Context, name: str, *, paused: bool, as_json: bool) -
 # --- tick -----------------------------------------------------------------------------------------------
 
 
-@schedule_app.command("tick")
+@app.command("tick")
 def tick(
     ctx: typer.Context,
     name: Annotated[
@@ -273,10 +249,10 @@ def tick(
 
     Example: posbias schedule tick nightly --fail-on-regression
     """
-    with _database(ctx) as db:
+    with open_store(ctx) as db:
         done = scheduler.tick(db, settings=ctx.obj, name=name)
     if as_json:
-        _print_json(_tick_json(done))
+        print_json(_tick_json(done))
     else:
         _print_tick(done)
     if fail_on_regression and done.regressions:
@@ -340,7 +316,7 @@ def _tick_json(done: scheduler.TickReport) -> dict[str, Any]:
 # --- report ---------------------------------------------------------------------------------------------
 
 
-@schedule_app.command("report")
+@app.command("report")
 def report(
     ctx: typer.Context,
     name: NameArg,
@@ -356,8 +332,8 @@ def report(
 
     Example: posbias schedule report nightly --batch-size 50 --plot nightly.png
     """
-    with _database(ctx) as db:
-        found = scheduler.schedule_report(db, name, batch_size=batch_size)
+    with open_store(ctx) as db:
+        found = schedule_report.schedule_report(db, name, batch_size=batch_size)
     if plot is not None:
         from posbias.service.plot import plot_curves
 
@@ -371,7 +347,7 @@ def report(
             title=f"schedule {name}: accuracy by position, batch size {found.batch_size}",
         )
     if as_json:
-        _print_json(_report_json(found))
+        print_json(_report_json(found))
         return
     table = Table(
         title=f"schedule {name} - batch size {found.batch_size}, baseline {found.schedule.baseline_text}"
@@ -398,7 +374,7 @@ def report(
         out.print(f"wrote {plot}")
 
 
-def _report_json(found: scheduler.ScheduleReport) -> dict[str, Any]:
+def _report_json(found: schedule_report.ScheduleReport) -> dict[str, Any]:
     return {
         "schedule": found.schedule.name,
         "batch_size": found.batch_size,
@@ -442,7 +418,7 @@ def _drop(value: PositionDrop | None) -> str:
 # --- JSON -----------------------------------------------------------------------------------------------
 
 
-def _schedule_json(r: scheduler.ScheduleRecord) -> dict[str, Any]:
+def _schedule_json(r: schedules.ScheduleRecord) -> dict[str, Any]:
     source: dict[str, Any]
     if isinstance(r.source, FolderSource):
         source = {"folder": str(r.source.path)}
@@ -462,7 +438,7 @@ def _schedule_json(r: scheduler.ScheduleRecord) -> dict[str, Any]:
     }
 
 
-def _checkpoint_json(c: scheduler.CheckpointRecord) -> dict[str, Any]:
+def _checkpoint_json(c: schedules.CheckpointRecord) -> dict[str, Any]:
     return {
         "checkpoint": c.name,
         "step": c.step,

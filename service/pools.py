@@ -20,8 +20,8 @@ from typing import Any
 
 import ray
 
-from posbias.schemas import EngineName, ShardSpec, WorkerConfig
-from posbias.workers.actor import LoadReport, ShardActor
+from posbias.schemas import EngineName, LoadReport, ShardSpec, WorkerConfig, one_line
+from posbias.workers.actor import ShardActor
 
 MAX_ACTOR_RESTARTS = 3
 SHARDS_PER_CALL = 8
@@ -247,12 +247,12 @@ class ModelPools:
                 try:
                     report: LoadReport = ray.get(ref)
                 except ray.exceptions.RayTaskError as exc:
-                    pool.error = one_line(exc)
+                    pool.error = one_line(exc, typed=True)
                     return LoadEvent(model_key=pool.model_key, report=None, error=pool.error)
                 except ray.exceptions.RayActorError as exc:
                     pool.members.remove(member)
                     if not pool.members:
-                        pool.error = f"every worker for this model died: {one_line(exc)}"
+                        pool.error = f"every worker for this model died: {one_line(exc, typed=True)}"
                     return LoadEvent(model_key=pool.model_key, report=None, error=None)
                 return LoadEvent(model_key=pool.model_key, report=report, error=None)
         raise KeyError(ref)
@@ -271,13 +271,3 @@ class ModelPools:
 def _resources(*, free: bool) -> dict[str, float]:
     resources = ray.available_resources() if free else ray.cluster_resources()  # type: ignore[no-untyped-call]
     return dict(resources)
-
-
-def one_line(exc: BaseException) -> str:
-    """The root cause of a Ray error as one line: the loader's or worker's own message."""
-    cause: BaseException = exc
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        cause = exc.cause if exc.cause is not None else exc
-    text = str(cause).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    return f"{type(cause).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")

@@ -1,0 +1,279 @@
+"""The public Python API: what the `posbias` command does, as functions a notebook or a script can call.
+
+Each function takes its main argument positionally and everything else by keyword. `settings` defaults to
+`Settings()` (environment variables `POSBIAS_*`, or `.env`), so the store is `POSBIAS_DATABASE_URL`, as for
+the command. Every function returns pydantic records (`posbias.schemas`); curves and comparisons have a
+`to_pandas()`. Problems the caller can fix raise `PosbiasError` with a message that names the fix.
+
+    import posbias
+
+    job = posbias.run({"model": "fake", "engine": {"name": "fake"}, "batch_sizes": [10], "iterations": 20})
+    curve = posbias.curves(job.job.id)[0]
+    print(curve.to_pandas())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from posbias.schemas import (
+    Comparison,
+    ConflictError,
+    Curve,
+    CurveAxis,
+    CurveQuery,
+    DatasetSpec,
+    DispatchSummary,
+    DryRun,
+    ExportSummary,
+    JobChange,
+    JobProgress,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    ModelInfo,
+    Plan,
+    PosbiasError,
+    QuestionPool,
+    RunOutcome,
+    ShardRecord,
+    ShardResult,
+    Submitted,
+)
+from posbias.service import curves as curve_reports
+from posbias.service import database, store
+from posbias.service import jobs as job_store
+from posbias.service.database import Database
+from posbias.service.settings import Settings
+
+SpecLike = JobSpec | Mapping[str, Any] | str | Path
+"""A job spec: a `JobSpec`, a mapping of its fields, or the path of a YAML or JSON spec file."""
+Target = int | str | CurveQuery
+"""Whose curves: a job id, a model name (every job of it), or a `CurveQuery`."""
+
+
+def _settings(settings: Settings | None) -> Settings:
+    return settings if settings is not None else Settings()
+
+
+def _spec(spec: SpecLike) -> JobSpec:
+    if isinstance(spec, JobSpec):
+        return spec
+    if isinstance(spec, str | Path):
+        return JobSpec.from_file(spec)
+    return JobSpec.build(dict(spec), source="spec")
+
+
+@contextmanager
+def _store(settings: Settings) -> Iterator[Database]:
+    db = database.connect(settings.database_url)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+# --- questions and plans ------------------------------------------------------------------------------
+
+
+def load_questions(
+    dataset: DatasetSpec | Mapping[str, Any] | None = None, *, settings: Settings | None = None
+) -> QuestionPool:
+    """The questions a dataset spec names (default: MMLU's test split, from the hub or POSBIAS_MMLU_DIR)."""
+    from posbias.service import datasets
+
+    spec = dataset if isinstance(dataset, DatasetSpec) else DatasetSpec.model_validate(dict(dataset or {}))
+    return datasets.load_questions(spec, mmlu_dir=_settings(settings).mmlu_dir)
+
+
+def plan(spec: SpecLike, *, settings: Settings | None = None) -> Plan:
+    """The trials and shards `spec` would run, with the questions they use (the same on any machine)."""
+    from posbias.service import submission
+
+    return submission.prepare(_spec(spec), settings=_settings(settings)).plan
+
+
+def dry_run(spec: SpecLike, *, settings: Settings | None = None) -> DryRun:
+    """Trials, shards and prompt tokens per batch size, without enqueueing anything."""
+    from posbias.service import submission
+
+    settings = _settings(settings)
+    return submission.dry_run(submission.prepare(_spec(spec), settings=settings), settings=settings)
+
+
+# --- jobs ---------------------------------------------------------------------------------------------
+
+
+def submit(
+    spec: SpecLike, *, settings: Settings | None = None, idempotency_key: str | None = None
+) -> Submitted:
+    """Validate, plan and enqueue a job. With an `idempotency_key` that already names a job with the same
+    spec, that job is returned and nothing is written."""
+    from posbias.service import submission
+
+    settings = _settings(settings)
+    with _store(settings) as db:
+        prepared = submission.prepare(_spec(spec), settings=settings)
+        return job_store.submit(db, prepared.spec, prepared.plan, idempotency_key=idempotency_key)
+
+
+def dispatch(
+    job_ids: Collection[int] | None = None,
+    *,
+    settings: Settings | None = None,
+    until_empty: bool = False,
+    max_jobs: int | None = None,
+    on_written: Callable[[ShardResult], None] | None = None,
+) -> DispatchSummary:
+    """Run the queue here, as `posbias worker` does: lease shards (of `job_ids` only, when given), run them
+    on Ray actors (`settings.ray_address`), write the results. Returns when stopped (SIGTERM, Ctrl-C), when
+    `job_ids` are all finished, when nothing is left (`until_empty`), or after `max_jobs` jobs finished.
+    `on_written` is called with each shard's result once it is stored."""
+    from posbias.service.dispatcher import Dispatcher, init_ray
+
+    settings = _settings(settings)
+    with _store(settings) as db:
+        init_ray(settings)
+        dispatcher = Dispatcher(db, settings=settings, job_ids=job_ids)
+        try:
+            return dispatcher.run(until_empty=until_empty, max_jobs=max_jobs, on_written=on_written)
+        finally:
+            dispatcher.close()
+
+
+def run(
+    spec: SpecLike,
+    *,
+    settings: Settings | None = None,
+    idempotency_key: str | None = None,
+    on_submitted: Callable[[Submitted], None] | None = None,
+    on_written: Callable[[ShardResult], None] | None = None,
+) -> RunOutcome:
+    """Submit a job and run it here to the end (`posbias run`); its curves come back once it is done.
+
+    `on_submitted` is called once the job is in the queue, `on_written` with each shard's stored result
+    (for progress). The outcome says how the job ended; a failed job is not an exception here."""
+    settings = _settings(settings)
+    submitted = submit(spec, settings=settings, idempotency_key=idempotency_key)
+    if on_submitted is not None:
+        on_submitted(submitted)
+    summary = dispatch({submitted.job_id}, settings=settings, on_written=on_written)
+    record = job(submitted.job_id, settings=settings)
+    found = curves(submitted.job_id, settings=settings) if record.status is JobStatus.done else []
+    return RunOutcome(job=record, curves=tuple(found), dispatch=summary)
+
+
+def job(job_id: int, *, settings: Settings | None = None) -> JobRecord:
+    """One job, with its progress. `NotFoundError` when there is none."""
+    with _store(_settings(settings)) as db:
+        return job_store.get(db, job_id)
+
+
+def jobs(
+    *,
+    settings: Settings | None = None,
+    status: JobStatus | None = None,
+    model: str | None = None,
+    limit: int | None = None,
+) -> list[JobRecord]:
+    """Jobs, newest first, with their progress; optionally only those with `status` or of `model`."""
+    with _store(_settings(settings)) as db:
+        return job_store.find(db, status=status, model=model, limit=limit)
+
+
+def progress(job_id: int, *, settings: Settings | None = None) -> JobProgress:
+    """How far a job has got: trials done and skipped, shards by status."""
+    with _store(_settings(settings)) as db:
+        return job_store.progress(db, job_id)
+
+
+def shards(job_id: int, *, settings: Settings | None = None) -> list[ShardRecord]:
+    """A job's shards in order: status, attempts, lease, last error."""
+    with _store(_settings(settings)) as db:
+        return job_store.shards(db, job_id)
+
+
+def cancel(job_id: int, *, settings: Settings | None = None) -> JobChange:
+    """Cancel a job: queued shards are dropped, late results of running ones are discarded. Says how many
+    shards were cancelled. `ConflictError` when it had already finished."""
+    with _store(_settings(settings)) as db:
+        count = job_store.cancel(db, job_id)
+        return JobChange(job=job_store.get(db, job_id), shards=count)
+
+
+def retry(job_id: int, *, settings: Settings | None = None) -> JobChange:
+    """Put a failed job's dead shards back in the queue with fresh attempts. Says how many. `ConflictError`
+    when it was cancelled or has no dead shards."""
+    with _store(_settings(settings)) as db:
+        count = job_store.retry(db, job_id)
+        return JobChange(job=job_store.get(db, job_id), shards=count)
+
+
+# --- results ------------------------------------------------------------------------------------------
+
+
+def _query(target: Target, *, revision: str | None, batch_size: int | None) -> CurveQuery:
+    if isinstance(target, CurveQuery):
+        return target
+    if isinstance(target, bool):
+        raise PosbiasError("name a job id or a model, not a boolean")
+    if isinstance(target, int):
+        return CurveQuery(job_id=target, batch_size=batch_size)
+    return CurveQuery(model=target, revision=revision, batch_size=batch_size)
+
+
+def curves(
+    target: Target,
+    *,
+    settings: Settings | None = None,
+    batch_size: int | None = None,
+    revision: str | None = None,
+    by: CurveAxis = CurveAxis.position,
+    bin_width: int = 256,
+) -> list[Curve]:
+    """One curve per batch size of a job (an id) or a model (a name, every job of it), in batch-size
+    order: accuracy by position (or by token distance, `by`) with intervals. `NotFoundError` when there are
+    no results."""
+    query = _query(target, revision=revision, batch_size=batch_size)
+    with _store(_settings(settings)) as db:
+        return curve_reports.curves(db, query, by=by, bin_width=bin_width)
+
+
+def compare(
+    a: Target, b: Target, *, settings: Settings | None = None, batch_size: int | None = None
+) -> Comparison:
+    """B minus A at every position, at one batch size (needed when the two share several)."""
+    qa = _query(a, revision=None, batch_size=None)
+    qb = _query(b, revision=None, batch_size=None)
+    with _store(_settings(settings)) as db:
+        if batch_size is None:
+            sizes = {c.batch_size for c in curve_reports.curves(db, qa)} & {
+                c.batch_size for c in curve_reports.curves(db, qb)
+            }
+            if len(sizes) != 1:
+                raise ConflictError(
+                    f"pick one batch size (both have {sorted(sizes)})"
+                    if sizes
+                    else "the two have no batch size in common"
+                )
+            batch_size = sizes.pop()
+        return curve_reports.compare(db, qa, qb, batch_size=batch_size)
+
+
+def export_results(
+    job_id: int, *, out: str | Path, settings: Settings | None = None, format: str | None = None
+) -> ExportSummary:
+    """Write every result row of a job to `out` as CSV or Parquet (`format`, or from the suffix)."""
+    from posbias.service import export
+
+    with _store(_settings(settings)) as db:
+        return export.export_results(db, job_id, path=Path(out), format=format)
+
+
+def models(*, settings: Settings | None = None) -> list[ModelInfo]:
+    """Every model with results: layers, sliding window and which layers use it, RoPE base, context."""
+    with _store(_settings(settings)) as db:
+        return store.list_models(db)

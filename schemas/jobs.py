@@ -1,0 +1,185 @@
+"""Jobs and shards as the queue tracks them, and what the job-level operations of the API return."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field
+
+from posbias.schemas.curve import Curve
+from posbias.schemas.job import JobSpec
+from posbias.schemas.record import Record
+from posbias.schemas.work import EngineInfo
+
+
+class JobStatus(StrEnum):
+    """Where a job stands; it follows its shards."""
+
+    queued = "queued"
+    running = "running"
+    done = "done"
+    failed = "failed"
+    """Every shard finished, and at least one is dead (ran out of attempts); `posbias retry` requeues them."""
+    cancelled = "cancelled"
+
+
+class ShardStatus(StrEnum):
+    """Where a shard stands in the queue. Only `posbias.service.queue` moves a shard between them."""
+
+    queued = "queued"
+    leased = "leased"
+    done = "done"
+    dead = "dead"
+    """Failed `max_attempts` times; its last error is kept."""
+    cancelled = "cancelled"
+    """Its job was cancelled; a late result for it is discarded."""
+
+
+FINISHED_JOB_STATUSES = frozenset({JobStatus.done, JobStatus.failed, JobStatus.cancelled})
+
+
+class Submitted(Record):
+    """What submitting a job did."""
+
+    job_id: int = Field(description="The job's id.")
+    created: bool = Field(
+        description="False when the idempotency key already named a job: that job is returned, nothing is "
+        "written."
+    )
+    trials: int = Field(description="Trials the job has.")
+    shards: int = Field(description="Shards the job has.")
+
+
+class JobProgress(Record):
+    """How far a job has got (for a progress bar)."""
+
+    job_id: int = Field(description="Job id.")
+    status: JobStatus = Field(description="Where the job stands.")
+    trials_total: int = Field(description="Trials planned.")
+    trials_done: int = Field(description="Trials answered.")
+    trials_skipped: int = Field(description="Trials skipped (e.g. the prompt did not fit the context).")
+    shards: dict[ShardStatus, int] = Field(description="Shard count by status (every status, 0 when none).")
+
+    @property
+    def trials_finished(self) -> int:
+        """Trials answered or skipped."""
+        return self.trials_done + self.trials_skipped
+
+    @property
+    def finished(self) -> bool:
+        """True once the job is done, failed or cancelled."""
+        return self.status in FINISHED_JOB_STATUSES
+
+
+class JobRecord(Record):
+    """A job as `posbias status` shows it."""
+
+    id: int = Field(description="Job id.")
+    spec: JobSpec = Field(description="The job spec as submitted.")
+    model: str = Field(description="Model as submitted.")
+    revision: str | None = Field(description="Model revision.")
+    model_key: str = Field(description="Identity of the engine the job's shards need.")
+    status: JobStatus = Field(description="Where the job stands.")
+    priority: int = Field(description="Higher runs first.")
+    created_at: datetime = Field(description="When it was submitted (UTC).")
+    started_at: datetime | None = Field(description="When its first shard was leased.")
+    finished_at: datetime | None = Field(description="When it became done, failed or cancelled.")
+    error: str | None = Field(description="Why it failed, on one line.")
+    idempotency_key: str | None = Field(description="The key it was submitted under, if any.")
+    trials_total: int = Field(description="Trials planned.")
+    shards_total: int = Field(description="Shards planned.")
+    engine: EngineInfo | None = Field(
+        description="What produced the answers; None until the first result is written."
+    )
+    progress: JobProgress = Field(description="Trials done and skipped, shards by status, when it was read.")
+
+
+class JobChange(Record):
+    """What cancelling or retrying a job did."""
+
+    job: JobRecord = Field(description="The job as it is now.")
+    shards: int = Field(description="Shards cancelled (cancel) or put back in the queue (retry).")
+
+
+class ShardRecord(Record):
+    """One shard of a job and where it stands."""
+
+    id: int = Field(description="Shard id.")
+    job_id: int = Field(description="Its job.")
+    index: int = Field(description="0-based index within the job.")
+    status: ShardStatus = Field(description="Where it stands in the queue.")
+    attempts: int = Field(description="Attempts charged so far.")
+    max_attempts: int = Field(description="Attempts allowed before it is dead.")
+    lease_owner: str | None = Field(description="The dispatcher holding its lease, while leased.")
+    lease_expires_at: datetime | None = Field(description="When that lease lapses without a heartbeat.")
+    finished_at: datetime | None = Field(description="When it became done, dead or cancelled.")
+    last_error: str | None = Field(description="The error of its last failed attempt.")
+    trial_count: int = Field(description="Trials it holds.")
+
+
+class BatchSizeEstimate(Record):
+    """What one batch size of a job will send to the model."""
+
+    batch_size: int = Field(description="N.")
+    trials: int = Field(description="Prompts at this batch size.")
+    shards: int = Field(description="Shards at this batch size.")
+    mean_prompt_tokens: float = Field(description="Mean prompt length in tokens (of a sample of prompts).")
+    max_prompt_tokens: int = Field(description="Longest prompt of the sample, in tokens.")
+
+
+class DryRun(Record):
+    """What a job would do, without enqueueing it."""
+
+    spec: JobSpec = Field(description="The validated spec.")
+    spec_hash: str = Field(description="Digest of the spec (same spec, same hash).")
+    model_key: str = Field(description="Identity of the engine the job needs.")
+    questions_in_pool: int = Field(description="Questions the job samples from.")
+    source: str = Field(description="Where the questions come from.")
+    tokenizer: str = Field(
+        description="`the model's tokenizer` when prompts were counted with it, else how tokens were "
+        "estimated."
+    )
+    batch_sizes: tuple[BatchSizeEstimate, ...] = Field(description="One estimate per batch size.")
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        """Prompt tokens over the whole job (estimate)."""
+        return round(sum(b.mean_prompt_tokens * b.trials for b in self.batch_sizes))
+
+
+class DispatchSummary(Record):
+    """What one dispatcher run did (`posbias worker`)."""
+
+    owner: str = Field(description="The lease owner name this dispatcher used.")
+    shards_written: int = Field(0, description="Shards whose results it wrote.")
+    shards_failed: int = Field(0, description="Shard attempts that failed (sent back to the queue or dead).")
+    shards_discarded: int = Field(
+        0, description="Results it did not write: the lease was lost, or the job cancelled."
+    )
+    trials_done: int = Field(0, description="Trials in the shards it wrote.")
+    loads: dict[str, int] = Field(default_factory=dict, description="Model loads, by model key.")
+    load_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Seconds its actors spent loading each model, by model key."
+    )
+    jobs_finished: tuple[int, ...] = Field((), description="Jobs it worked on that finished.")
+    seconds: float = Field(0.0, description="Wall time of the run.")
+    interrupted: bool = Field(False, description="True when it stopped on SIGTERM or Ctrl-C.")
+
+
+class RunOutcome(Record):
+    """A job submitted and run here to the end (`posbias run`)."""
+
+    job: JobRecord = Field(description="The job as it ended.")
+    curves: tuple[Curve, ...] = Field(description="Its curves by position, when it is done; else none.")
+    dispatch: DispatchSummary = Field(description="What the dispatcher did.")
+
+
+class ExportSummary(Record):
+    """What `export_results` wrote."""
+
+    job_id: int = Field(description="The job exported.")
+    path: Path = Field(description="The file written.")
+    format: str = Field(description="`csv` or `parquet`.")
+    rows: int = Field(description="Result rows written.")

@@ -1,0 +1,69 @@
+"""What every command module shares: the two consoles, the settings and store of a command, usage errors,
+JSON output, and how numbers are written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from posbias.schemas import PosbiasError
+from posbias.service import database
+from posbias.service.database import Database
+from posbias.service.settings import Settings
+
+out = Console(highlight=False, soft_wrap=True)
+"""Standard output: what the command produces (tables, JSON, CSV)."""
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+"""Standard error: progress, warnings, errors."""
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+class BadUsage(PosbiasError):
+    """A flag or argument the user must change: exit code 2."""
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The one `Settings` the app's callback read for this command."""
+    settings: Settings = ctx.obj
+    return settings
+
+
+@contextmanager
+def open_store(ctx: typer.Context) -> Iterator[Database]:
+    """The store of `POSBIAS_DATABASE_URL`, checked and open for the command's duration."""
+    db = database.connect(settings_of(ctx).database_url)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def print_json(data: Any) -> None:
+    """`data` as JSON on standard output (datetimes and paths as strings)."""
+    out.print_json(json.dumps(data, default=str))
+
+
+def num(value: float | None) -> str:
+    """A number to 6 significant digits; empty when unknown."""
+    return "" if value is None else f"{value:.6g}"
+
+
+def pct(value: float | None) -> str:
+    """A proportion as a percentage; `-` when unknown."""
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def pp(value: float | None) -> str:
+    """A difference of proportions in percentage points, signed; `-` when unknown."""
+    return "-" if value is None else f"{100 * value:+.2f} pts"
+
+
+def text(value: object) -> str:
+    """A value for a table cell; empty when None."""
+    return "" if value is None else str(value)

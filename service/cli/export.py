@@ -1,0 +1,38 @@
+"""`posbias export`: every result row of a job to a CSV or Parquet file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import posbias.api as api
+from posbias.schemas import PosbiasError
+from posbias.service.cli.common import BadUsage, out, settings_of
+from posbias.service.export import export_format
+
+
+def register(app: typer.Typer) -> None:
+    """Add `export` to the app."""
+    app.command()(export)
+
+
+def export(
+    ctx: typer.Context,
+    job: Annotated[int, typer.Argument(help="Job id.")],
+    output: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
+    output_format: Annotated[
+        str | None, typer.Option("--format", help="csv or parquet (default: from --out).")
+    ] = (None),
+) -> None:
+    """Write every result row of a job (trial, position, gold, predicted, tokens, probabilities).
+
+    Example: posbias export 3 --out results.parquet
+    """
+    try:
+        export_format(output, output_format)
+    except PosbiasError as exc:
+        raise BadUsage(str(exc)) from None
+    summary = api.export_results(job, out=output, settings=settings_of(ctx), format=output_format)
+    out.print(f"wrote {summary.rows} results of job {job} to {summary.path}")

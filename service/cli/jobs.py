@@ -1,0 +1,145 @@
+"""`posbias status`, `posbias cancel`, `posbias retry`: jobs and their shards."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+import posbias.api as api
+from posbias.schemas import JobRecord
+from posbias.service.cli.common import JsonOpt, out, print_json, settings_of
+
+
+def register(app: typer.Typer) -> None:
+    """Add `status`, `cancel` and `retry` to the app."""
+    app.command()(status)
+    app.command()(cancel)
+    app.command()(retry)
+
+
+def status(
+    ctx: typer.Context,
+    job: Annotated[int | None, typer.Argument(help="A job id: show its shards.", show_default=False)] = None,
+    limit: Annotated[int, typer.Option(help="Jobs to list, newest first.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs, or one job's progress and shards (attempts, errors).
+
+    Example: posbias status 3 --json
+    """
+    settings = settings_of(ctx)
+    if job is None:
+        found = api.jobs(settings=settings, limit=limit)
+        if as_json:
+            print_json([_job_json(j) for j in found])
+            return
+        table = Table(title="jobs")
+        for column in ("job", "model", "status", "batch sizes", "trials", "created", "error"):
+            table.add_column(column)
+        for j in found:
+            table.add_row(
+                str(j.id),
+                j.model,
+                j.status.value,
+                ",".join(map(str, j.spec.batch_sizes)),
+                f"{j.progress.trials_finished}/{j.progress.trials_total}",
+                f"{j.created_at:%Y-%m-%d %H:%M}",
+                j.error or "",
+            )
+        out.print(table if found else "no jobs yet: `posbias submit --help`")
+        return
+    record = api.job(job, settings=settings)
+    shards = api.shards(job, settings=settings)
+    p = record.progress
+    if as_json:
+        data = _job_json(record)
+        data["shards"] = [
+            {
+                "id": s.id,
+                "index": s.index,
+                "status": s.status.value,
+                "attempts": s.attempts,
+                "max_attempts": s.max_attempts,
+                "lease_owner": s.lease_owner,
+                "lease_expires_at": s.lease_expires_at,
+                "trials": s.trial_count,
+                "last_error": s.last_error,
+            }
+            for s in shards
+        ]
+        print_json(data)
+        return
+    out.print(
+        f"job {record.id}: {record.model} - {record.status.value}, "
+        f"{p.trials_finished}/{p.trials_total} trials ({p.trials_skipped} skipped)"
+    )
+    if record.error:
+        out.print(f"error: {record.error}")
+    if record.engine:
+        e = record.engine
+        out.print(f"engine: {e.name} {e.version}, {e.dtype}, attention {e.attention_backend}, {e.device}")
+    table = Table()
+    for column in ("shard", "status", "attempts", "trials", "lease owner", "last error"):
+        table.add_column(column)
+    for s in shards:
+        table.add_row(
+            str(s.index),
+            s.status.value,
+            f"{s.attempts}/{s.max_attempts}",
+            str(s.trial_count),
+            s.lease_owner or "",
+            s.last_error or "",
+        )
+    out.print(table)
+
+
+def _job_json(job: JobRecord) -> dict[str, Any]:
+    progress = job.progress
+    return {
+        "id": job.id,
+        "model": job.model,
+        "revision": job.revision,
+        "status": job.status.value,
+        "priority": job.priority,
+        "batch_sizes": list(job.spec.batch_sizes),
+        "trials_total": progress.trials_total,
+        "trials_done": progress.trials_done,
+        "trials_skipped": progress.trials_skipped,
+        "shards": {k.value: v for k, v in progress.shards.items()},
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "error": job.error,
+        "idempotency_key": job.idempotency_key,
+        "engine": job.engine.model_dump(mode="json") if job.engine else None,
+    }
+
+
+def cancel(
+    ctx: typer.Context, job: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOpt = False
+) -> None:
+    """Cancel a job: queued shards are dropped, late results of running ones are discarded.
+
+    Example: posbias cancel 3
+    """
+    cancelled = api.cancel(job, settings=settings_of(ctx)).shards
+    if as_json:
+        print_json({"job_id": job, "shards_cancelled": cancelled})
+    else:
+        out.print(f"cancelled job {job} ({cancelled} shards)")
+
+
+def retry(
+    ctx: typer.Context, job: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOpt = False
+) -> None:
+    """Put a failed job's dead shards back in the queue with fresh attempts.
+
+    Example: posbias retry 3
+    """
+    requeued = api.retry(job, settings=settings_of(ctx)).shards
+    if as_json:
+        print_json({"job_id": job, "shards_requeued": requeued})
+    else:
+        out.print(f"job {job}: {requeued} shards back in the queue; run `posbias worker --until-empty`")

@@ -1,0 +1,52 @@
+"""`posbias models`: the architecture facts stored for every model with results."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+import posbias.api as api
+from posbias.service.cli.common import JsonOpt, out, print_json, settings_of, text
+
+
+def register(app: typer.Typer) -> None:
+    """Add `models` to the app."""
+    app.command()(models)
+
+
+def models(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Stored model metadata: layers, sliding window and which layers use it, RoPE base, context.
+
+    Example: posbias models --json
+    """
+    found = api.models(settings=settings_of(ctx))
+    if as_json:
+        print_json([m.model_dump(mode="json") for m in found])
+        return
+    table = Table(title="models")
+    for column in (
+        "model",
+        "revision",
+        "architecture",
+        "layers",
+        "sliding window",
+        "window layers",
+        "RoPE base",
+        "context",
+        "parameters",
+    ):
+        table.add_column(column)
+    for m in found:
+        layers = ",".join(map(str, m.sliding_window_layers)) if m.sliding_window_layers else ""
+        table.add_row(
+            m.name,
+            m.revision or "",
+            m.architecture or "",
+            text(m.num_layers),
+            text(m.sliding_window),
+            layers,
+            text(m.rope_theta),
+            text(m.context_length),
+            f"{m.num_parameters:,}" if m.num_parameters else "",
+        )
+    out.print(table if found else "no models yet: they are recorded when a job's first results arrive")

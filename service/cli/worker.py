@@ -1,0 +1,60 @@
+"""`posbias worker`: run the dispatcher here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+import posbias.api as api
+from posbias.service import database
+from posbias.service.cli.common import JsonOpt, err, out, print_json, settings_of
+from posbias.service.database import describe, normalise_url
+
+
+def register(app: typer.Typer) -> None:
+    """Add `worker` to the app."""
+    app.command()(worker)
+
+
+def worker(
+    ctx: typer.Context,
+    ray_address: Annotated[
+        str | None, typer.Option(help="local (start Ray here), auto (this node's cluster) or an address.")
+    ] = None,
+    until_empty: Annotated[bool, typer.Option(help="Exit once no job has unfinished work.")] = False,
+    max_jobs: Annotated[int | None, typer.Option(help="Exit after this many jobs finish.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the dispatcher: lease shards from the queue, run them on Ray actors, write the results.
+
+    Example: posbias worker --ray-address auto --until-empty
+    """
+    settings = settings_of(ctx)
+    if ray_address is not None:
+        settings = settings.model_copy(update={"ray_address": ray_address})
+    if not as_json:
+        database.connect(settings.database_url).close()  # a bad store is the one line, not this one
+        err.print(
+            f"worker: queue {describe(normalise_url(settings.database_url))}, Ray {settings.ray_address}"
+        )
+    summary = api.dispatch(settings=settings, until_empty=until_empty, max_jobs=max_jobs)
+    if as_json:
+        print_json(
+            {
+                "owner": summary.owner,
+                "shards_written": summary.shards_written,
+                "shards_failed": summary.shards_failed,
+                "shards_discarded": summary.shards_discarded,
+                "trials_done": summary.trials_done,
+                "model_loads": summary.loads,
+                "seconds": round(summary.seconds, 3),
+                "interrupted": summary.interrupted,
+            }
+        )
+        return
+    out.print(
+        f"worker done: {summary.shards_written} shards written ({summary.trials_done} trials), "
+        f"{summary.shards_failed} failed, {summary.shards_discarded} discarded, "
+        f"{sum(summary.loads.values())} model loads, {summary.seconds:.1f}s"
+    )

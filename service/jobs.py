@@ -1,0 +1,374 @@
+"""Jobs: submitting one (its rows and its shards in one transaction), cancelling, retrying or failing it,
+keeping its status in line with its shards, and reading jobs back.
+
+A job's status follows its shards (`settle`); the shards themselves only move through `service.queue`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from posbias.schemas import (
+    FINISHED_JOB_STATUSES,
+    ConflictError,
+    EngineInfo,
+    JobProgress,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    NotFoundError,
+    Plan,
+    ShardRecord,
+    ShardStatus,
+    Submitted,
+    TrialStatus,
+)
+from posbias.service import queue, tables
+from posbias.service.database import IN_CHUNK, Database, dialect_insert, now_utc
+from posbias.service.shards import load_spec
+from posbias.service.tables import Job, Shard
+
+
+def _not_found(job_id: int) -> NotFoundError:
+    return NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
+
+
+# --- submitting ---------------------------------------------------------------------------------------
+
+
+def submit(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | None = None) -> Submitted:
+    """Write a job with its shards, planned trials and (missing) questions in one transaction.
+
+    With an `idempotency_key` that already names a job, return that job instead (also when two submits
+    race); a different spec under the same key is a `ConflictError`.
+    """
+    _check_plan(plan)
+    spec_hash = spec.spec_hash()
+    try:
+        with db.write() as session:
+            if idempotency_key is not None:
+                existing = _job_by_key(session, idempotency_key)
+                if existing is not None:
+                    return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
+            job_id = _insert_job(session, spec, plan, idempotency_key=idempotency_key, spec_hash=spec_hash)
+    except IntegrityError:
+        # Two submits with one key: the unique constraint let one in; the other returns its job.
+        if idempotency_key is None:
+            raise
+        with db.read() as session:
+            existing = _job_by_key(session, idempotency_key)
+        if existing is None:
+            raise
+        return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
+    return Submitted(job_id=job_id, created=True, trials=len(plan.trials), shards=len(plan.shards))
+
+
+def _check_plan(plan: Plan) -> None:
+    if not plan.shards:
+        raise ValueError("the plan has no shards")
+    planned = sorted(index for shard in plan.shards for index in shard.trial_indices)
+    if planned != [trial.index for trial in plan.trials] or planned != list(range(len(plan.trials))):
+        raise ValueError("the plan's shards must hold each trial (indices 0..T-1, in order) exactly once")
+
+
+def _job_by_key(session: Session, key: str) -> Job | None:
+    return session.scalar(select(Job).where(Job.idempotency_key == key))
+
+
+def _resubmitted(job: Job, *, key: str, spec_hash: str) -> Submitted:
+    if job.spec_hash != spec_hash:
+        raise ConflictError(
+            f"idempotency key {key!r} already names job {job.id}, submitted with a different spec: use a "
+            "new key, or resubmit that job's spec"
+        )
+    return Submitted(job_id=job.id, created=False, trials=job.trials_total, shards=job.shards_total)
+
+
+def _insert_job(
+    session: Session, spec: JobSpec, plan: Plan, *, idempotency_key: str | None, spec_hash: str
+) -> int:
+    dialect = session.get_bind().dialect.name
+    job = Job(
+        spec=spec.model_dump(mode="json"),
+        spec_hash=spec_hash,
+        model=spec.model,
+        revision=spec.revision,
+        model_key=spec.model_key(),
+        status=JobStatus.queued,
+        priority=spec.priority,
+        created_at=now_utc(),
+        idempotency_key=idempotency_key,
+        trials_total=len(plan.trials),
+        shards_total=len(plan.shards),
+    )
+    session.add(job)
+    session.flush()  # raises IntegrityError here when another submit took the idempotency key
+
+    # Sorted, so two submits inserting overlapping questions take their row locks in the same order.
+    questions = [
+        {
+            "id": q.id,
+            "subject": q.subject,
+            "question": q.question,
+            "choices": list(q.choices),
+            "answer": q.answer,
+        }
+        for q in sorted(plan.questions.values(), key=lambda q: q.id)
+    ]
+    for start in range(0, len(questions), IN_CHUNK):
+        session.execute(
+            dialect_insert(dialect, tables.Question).on_conflict_do_nothing(index_elements=["id"]),
+            questions[start : start + IN_CHUNK],
+        )
+
+    shard_ids = queue.enqueue(session, job_id=job.id, spec=spec, plan=plan, model_key=job.model_key)
+    shard_of = {trial: shard_ids[shard.index] for shard in plan.shards for trial in shard.trial_indices}
+    session.execute(
+        insert(tables.Trial),
+        [
+            {
+                "job_id": job.id,
+                "index": trial.index,
+                "shard_id": shard_of[trial.index],
+                "batch_size": trial.batch_size,
+                "iteration": trial.iteration,
+                "rotation": trial.rotation,
+                "question_ids": list(trial.question_ids),
+                "choice_orders": None
+                if trial.choice_orders is None
+                else [list(order) for order in trial.choice_orders],
+                "status": TrialStatus.planned,
+            }
+            for trial in plan.trials
+        ],
+    )
+    return job.id
+
+
+# --- cancelling, retrying, failing --------------------------------------------------------------------
+
+
+def cancel(db: Database, job_id: int) -> int:
+    """Cancel a job: its queued and leased shards are cancelled (a late result for one is discarded).
+    Returns how many shards were cancelled. `ConflictError` when the job already finished."""
+    now = now_utc()
+    with db.write() as session:
+        ids = queue.lock_job_shards(session, job_id, queue.ACTIVE)
+        job = locked_job(session, job_id)
+        if job.status in FINISHED_JOB_STATUSES:
+            raise ConflictError(f"job {job_id} is already {job.status}: there is nothing to cancel")
+        queue.cancel(session, ids, now=now)
+        job.status = JobStatus.cancelled
+        job.finished_at = now
+    return len(ids)
+
+
+def retry(db: Database, job_id: int) -> int:
+    """Requeue a job's dead shards with fresh attempts (their last error is kept). Returns how many.
+    `ConflictError` when the job was cancelled or has no dead shards."""
+    with db.write() as session:
+        ids = queue.lock_job_shards(session, job_id, (ShardStatus.dead,))
+        job = locked_job(session, job_id)
+        if job.status is JobStatus.cancelled:
+            raise ConflictError(f"job {job_id} was cancelled: submit it again to rerun it")
+        if not ids:
+            raise ConflictError(f"job {job_id} has no dead shards to retry (it is {job.status})")
+        queue.requeue(session, ids)
+        job.status = JobStatus.running if job.started_at is not None else JobStatus.queued
+        job.finished_at = None
+        job.error = None
+    return len(ids)
+
+
+def fail(db: Database, job_id: int, *, error: str) -> int:
+    """Fail a job that cannot run at all (e.g. its model does not load): its queued and leased shards are
+    dead with `error`, so `posbias retry` can requeue them. Returns how many; a finished job is left as is."""
+    now = now_utc()
+    with db.write() as session:
+        ids = queue.lock_job_shards(session, job_id, queue.ACTIVE)
+        job = locked_job(session, job_id)
+        if job.status in FINISHED_JOB_STATUSES or not ids:
+            return 0
+        queue.kill(session, ids, error=error, now=now)
+        settle_job(session, job, now=now)
+    return len(ids)
+
+
+# --- status -------------------------------------------------------------------------------------------
+
+
+def locked_job(session: Session, job_id: int) -> Job:
+    """The job, locked for update until the transaction ends. `NotFoundError` when there is none."""
+    # FOR NO KEY UPDATE: inserting rows that reference the job (results, curve points) is not blocked.
+    job = session.scalar(
+        select(Job)
+        .where(Job.id == job_id)
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    )
+    if job is None:
+        raise _not_found(job_id)
+    return job
+
+
+def mark_started(session: Session, job_ids: Iterable[int], *, now: datetime) -> None:
+    """Queued jobs among `job_ids` become running (a shard of theirs was just leased)."""
+    for job_id in sorted(set(job_ids)):
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.queued)
+            .values(status=JobStatus.running, started_at=now)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def settle(session: Session, job_ids: Iterable[int], *, now: datetime) -> None:
+    """Bring the status of `job_ids` in line with their shards (see `settle_job`), locking each job."""
+    for job_id in sorted(set(job_ids)):
+        settle_job(session, locked_job(session, job_id), now=now)
+
+
+def settle_job(session: Session, job: Job, *, now: datetime) -> None:
+    """Bring a locked job's status in line with its shards: done when every shard is done, failed when
+    nothing is left to run and some shard is dead. Call after changing shards, in the same transaction."""
+    if job.status is JobStatus.cancelled:
+        return
+    active = session.scalar(
+        select(Shard.id).where(Shard.job_id == job.id, Shard.status.in_(queue.ACTIVE)).limit(1)
+    )
+    if active is not None:
+        status = JobStatus.running if job.started_at is not None else JobStatus.queued
+    else:
+        dead = session.scalar(
+            select(func.count()).where(Shard.job_id == job.id, Shard.status == ShardStatus.dead)
+        )
+        status = JobStatus.failed if dead else JobStatus.done
+    if status == job.status:
+        return
+    job.status = status
+    job.finished_at = now if status in FINISHED_JOB_STATUSES else None
+    job.error = _job_error(session, job) if status is JobStatus.failed else None
+
+
+def _job_error(session: Session, job: Job) -> str:
+    dead = session.execute(
+        select(Shard.last_error)
+        .where(Shard.job_id == job.id, Shard.status == ShardStatus.dead)
+        .order_by(Shard.finished_at.desc(), Shard.id)
+    ).all()
+    return f"{len(dead)} of {job.shards_total} shards failed after their last attempt: {dead[0][0]}"
+
+
+# --- reading ------------------------------------------------------------------------------------------
+
+
+def get(db: Database, job_id: int) -> JobRecord:
+    """One job. `NotFoundError` when there is none."""
+    with db.read() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise _not_found(job_id)
+        return _record(session, job)
+
+
+def finished(db: Database, job_id: int) -> bool:
+    """True once the job is done, failed or cancelled. `NotFoundError` when there is no such job."""
+    with db.read() as session:
+        status = session.scalar(select(Job.status).where(Job.id == job_id))
+    if status is None:
+        raise _not_found(job_id)
+    return status in FINISHED_JOB_STATUSES
+
+
+def find(
+    db: Database, *, status: JobStatus | None = None, model: str | None = None, limit: int | None = None
+) -> list[JobRecord]:
+    """Jobs, newest first, optionally only those with `status` or of `model`."""
+    query = select(Job).order_by(Job.id.desc()).limit(limit)
+    if status is not None:
+        query = query.where(Job.status == status)
+    if model is not None:
+        query = query.where(Job.model == model)
+    with db.read() as session:
+        return [_record(session, job) for job in session.scalars(query)]
+
+
+def _record(session: Session, job: Job) -> JobRecord:
+    return JobRecord(
+        id=job.id,
+        spec=load_spec(job.spec),
+        model=job.model,
+        revision=job.revision,
+        model_key=job.model_key,
+        status=job.status,
+        priority=job.priority,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        error=job.error,
+        idempotency_key=job.idempotency_key,
+        trials_total=job.trials_total,
+        shards_total=job.shards_total,
+        engine=None if job.engine is None else EngineInfo.model_validate(job.engine),
+        progress=_progress(session, job),
+    )
+
+
+def shards(db: Database, job_id: int) -> list[ShardRecord]:
+    """A job's shards in order. `NotFoundError` when there is no such job."""
+    with db.read() as session:
+        if session.get(Job, job_id) is None:
+            raise _not_found(job_id)
+        return [
+            ShardRecord(
+                id=s.id,
+                job_id=s.job_id,
+                index=s.index,
+                status=s.status,
+                attempts=s.attempts,
+                max_attempts=s.max_attempts,
+                lease_owner=s.lease_owner,
+                lease_expires_at=s.lease_expires_at,
+                finished_at=s.finished_at,
+                last_error=s.last_error,
+                trial_count=s.trial_count,
+            )
+            for s in session.scalars(select(Shard).where(Shard.job_id == job_id).order_by(Shard.index))
+        ]
+
+
+def progress(db: Database, job_id: int) -> JobProgress:
+    """Trials done and skipped, and shards by status. `NotFoundError` when there is no such job."""
+    with db.read() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise _not_found(job_id)
+        return _progress(session, job)
+
+
+def _progress(session: Session, job: Job) -> JobProgress:
+    trials: dict[TrialStatus, int] = dict(
+        session.execute(
+            select(tables.Trial.status, func.count())
+            .where(tables.Trial.job_id == job.id, tables.Trial.status != TrialStatus.planned)
+            .group_by(tables.Trial.status)
+        ).all()
+    )
+    counts: dict[ShardStatus, int] = dict(
+        session.execute(
+            select(Shard.status, func.count()).where(Shard.job_id == job.id).group_by(Shard.status)
+        ).all()
+    )
+    return JobProgress(
+        job_id=job.id,
+        status=job.status,
+        trials_total=job.trials_total,
+        trials_done=trials.get(TrialStatus.done, 0),
+        trials_skipped=trials.get(TrialStatus.skipped, 0),
+        shards={status: counts.get(status, 0) for status in ShardStatus},
+    )

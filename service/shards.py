@@ -1,0 +1,152 @@
+"""Building the self-contained `ShardSpec` a worker runs: from a plan at submit time, or from the store when
+a shard is leased."""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from posbias.schemas import JobSpec, Question, RotationCostWarning, ShardSpec, Trial
+from posbias.service import tables
+from posbias.service.database import IN_CHUNK, Database
+
+
+def load_spec(data: dict[str, Any]) -> JobSpec:
+    """A stored spec back as a `JobSpec`. Its rotation-cost warning was shown at submit; not again here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RotationCostWarning)
+        return JobSpec.model_validate(data)
+
+
+def shard_spec(
+    spec: JobSpec,
+    *,
+    job_id: int,
+    shard_id: int,
+    trials: Sequence[Trial],
+    questions: Mapping[str, Question],
+) -> ShardSpec:
+    """The self-contained unit of work for `trials`: the job's model, engine and prompt settings, plus every
+    question the trials use (and no other)."""
+    used: dict[str, Question] = {}
+    for trial in trials:
+        for qid in trial.question_ids:
+            if qid not in questions:
+                raise ValueError(f"trial {trial.index} uses question {qid}, which is not in `questions`")
+            used[qid] = questions[qid]
+    return ShardSpec(
+        job_id=job_id,
+        shard_id=shard_id,
+        model=spec.model,
+        revision=spec.revision,
+        tokenizer=spec.tokenizer,
+        model_key=spec.model_key(),
+        engine=spec.engine,
+        fake=spec.fake,
+        answer_mode=spec.answer_mode,
+        prompt=spec.prompt,
+        chat_template=spec.chat_template,
+        sampling=spec.sampling,
+        seed=spec.seed,
+        trials=tuple(trials),
+        questions=dict(sorted(used.items())),
+    )
+
+
+# Questions already read, per open store. A question row is written once under an id derived from its
+# content and never changes, so a dispatcher that leases shard after shard of a job (whose trials reuse the
+# same questions) reads each one once; reading them was most of a lease (benchmarks/dispatch.py).
+_QUESTIONS: weakref.WeakKeyDictionary[Database, dict[str, Question]] = weakref.WeakKeyDictionary()
+QUESTION_CACHE_SIZE = 200_000
+"""Questions kept per store (MMLU has 14,042); the cache starts afresh beyond this."""
+
+
+def _question_cache(db: Database) -> dict[str, Question]:
+    cache = _QUESTIONS.setdefault(db, {})
+    if len(cache) > QUESTION_CACHE_SIZE:
+        cache.clear()
+    return cache
+
+
+def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
+    """The specs of stored shards, by id: their job's settings, trials and questions.
+
+    Read after the lease commits (on SQLite, outside the write lock): a shard's trials and questions never
+    change once submitted.
+    """
+    # Rows are read as plain tuples and turned into records with `model_construct`: they were validated when
+    # the job was submitted and never change, and ORM objects plus a second validation of every trial and
+    # question cost several times the queries (benchmarks/dispatch.py).
+    if not shard_ids:
+        return {}
+    trial = tables.Trial.__table__.c
+    question = tables.Question.__table__.c
+    shard = tables.Shard
+    job = tables.Job
+    with db.read() as session:
+        job_of = dict(session.execute(select(shard.id, shard.job_id).where(shard.id.in_(shard_ids))).all())
+        specs = {
+            job_id: load_spec(spec)
+            for job_id, spec in session.execute(
+                select(job.id, job.spec).where(job.id.in_(sorted(set(job_of.values()))))
+            )
+        }
+        trials: dict[int, list[Trial]] = {shard_id: [] for shard_id in shard_ids}
+        for shard_id, index, batch_size, iteration, question_ids, choice_orders, rotation in session.execute(
+            select(
+                trial.shard_id,
+                trial.index,
+                trial.batch_size,
+                trial.iteration,
+                trial.question_ids,
+                trial.choice_orders,
+                trial.rotation,
+            )
+            .where(trial.shard_id.in_(shard_ids))
+            .order_by(trial.shard_id, trial.index)
+        ):
+            trials[shard_id].append(
+                Trial.model_construct(
+                    index=index,
+                    batch_size=batch_size,
+                    iteration=iteration,
+                    question_ids=tuple(question_ids),
+                    choice_orders=None
+                    if choice_orders is None
+                    else tuple(tuple(order) for order in choice_orders),
+                    rotation=rotation,
+                )
+            )
+        questions = _question_cache(db)
+        wanted = sorted(
+            {
+                qid
+                for shard_trials in trials.values()
+                for t in shard_trials
+                for qid in t.question_ids
+                if qid not in questions
+            }
+        )
+        for start in range(0, len(wanted), IN_CHUNK):
+            for qid, subject, text, choices, answer in session.execute(
+                select(
+                    question.id, question.subject, question.question, question.choices, question.answer
+                ).where(question.id.in_(wanted[start : start + IN_CHUNK]))
+            ):
+                questions[qid] = Question.model_construct(
+                    id=qid, subject=subject, question=text, choices=tuple(choices), answer=answer
+                )
+    return {
+        shard_id: shard_spec(
+            specs[job_of[shard_id]],
+            job_id=job_of[shard_id],
+            shard_id=shard_id,
+            trials=trials[shard_id],
+            questions=questions,
+        )
+        for shard_id in shard_ids
+    }

@@ -1,0 +1,159 @@
+"""The package's shape, checked from its source: one import package, imports that point down the layers
+(schemas <- workers <- service <- posbias API <- CLI), and one module that moves shards between statuses."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "posbias"
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted((PACKAGE / folder).rglob("*.py"))
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, by absolute name (inside functions too: a lazy import is an import)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _offending(paths: list[Path], *, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(PACKAGE)} imports {name}"
+        for path in paths
+        for name in sorted(_imports(path))
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    ]
+
+
+def test_the_folders_are_the_subpackages() -> None:
+    for name in ("schemas", "service", "workers", "migrations"):
+        link = PACKAGE / name
+        assert link.is_symlink() and link.resolve() == (REPO / name).resolve(), f"posbias/{name} -> ../{name}"
+
+
+def test_schemas_import_neither_workers_nor_service() -> None:
+    assert (
+        _offending(_modules("schemas"), forbidden=("posbias.workers", "posbias.service", "posbias.api")) == []
+    )
+
+
+def test_workers_import_neither_the_service_nor_sqlalchemy() -> None:
+    forbidden = ("posbias.service", "posbias.api", "sqlalchemy", "alembic")
+    assert _offending(_modules("workers"), forbidden=forbidden) == []
+
+
+def test_nothing_imports_the_folders_as_top_level_packages() -> None:
+    every = [
+        *PACKAGE.glob("*.py"),
+        *(p for f in ("schemas", "service", "workers", "migrations") for p in _modules(f)),
+    ]
+    top = ("schemas", "service", "workers", "migrations")
+    assert _offending(every, forbidden=top) == []
+
+
+def _assigns_shard_status(tree: ast.AST) -> list[int]:
+    """Lines that set a shard's status: `x.status = ShardStatus.y`, `status=ShardStatus.y` (e.g. in
+    `.values(...)`), or `"status": ShardStatus.y` (a row to insert)."""
+
+    def is_shard_status(value: ast.AST | None) -> bool:
+        return (
+            isinstance(value, ast.Attribute)
+            and isinstance(value.value, ast.Name)
+            and value.value.id == "ShardStatus"
+        )
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and is_shard_status(node.value):
+            if any(isinstance(t, ast.Attribute) and t.attr == "status" for t in node.targets):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg == "status" and is_shard_status(node.value):
+            lines.append(node.value.lineno)
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "status" and is_shard_status(value):
+                    lines.append(value.lineno)
+    return lines
+
+
+def test_only_the_queue_assigns_a_shard_status() -> None:
+    every = [*PACKAGE.glob("*.py"), *(p for f in ("schemas", "service", "workers") for p in _modules(f))]
+    found = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in every
+        if (lines := _assigns_shard_status(ast.parse(path.read_text())))
+    }
+    assert set(found) == {"service/queue.py"}, found
+
+
+def test_the_check_sees_a_status_assignment() -> None:
+    # The check above must be able to fail: each form it looks for, in a snippet.
+    snippet = (
+        "shard.status = ShardStatus.done\n"
+        "update(Shard).values(status=ShardStatus.dead)\n"
+        'row = {"status": ShardStatus.queued}\n'
+    )
+    assert sorted(_assigns_shard_status(ast.parse(snippet))) == [1, 2, 3]
+    assert _assigns_shard_status(ast.parse("if shard.status is ShardStatus.done: pass")) == []
+
+
+def test_the_built_wheel_holds_one_import_package(tmp_path: Path) -> None:
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = tmp_path.glob("posbias-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names}
+    assert {name for name in top if not name.endswith(".dist-info")} == {"posbias"}
+    for module in ("posbias/api.py", "posbias/service/queue.py", "posbias/migrations/alembic.ini"):
+        assert module in names, f"{module} is missing from the wheel"
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "posbias = posbias.service.cli.app:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_the_editable_install_exposes_only_posbias(tmp_path: Path) -> None:
+    # From a folder outside the checkout, as a user's notebook runs: the API is there, and the folders are
+    # not importable on their own.
+    probe = (
+        "import importlib.util, posbias\n"
+        "missing = [n for n in posbias.__all__ if not hasattr(posbias, n)]\n"
+        "assert not missing, missing\n"
+        "top = ('schemas', 'service', 'workers', 'migrations')\n"
+        "loose = [n for n in top if importlib.util.find_spec(n)]\n"
+        "assert not loose, loose\n"
+        "import posbias.workers.actor as actor\n"
+        "assert actor.ShardActor.__module__ == 'posbias.workers.actor'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
