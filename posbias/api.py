@@ -255,7 +255,8 @@ def compare(
             }
             if len(sizes) != 1:
                 raise ConflictError(
-                    f"pick one batch size (both have {sorted(sizes)})"
+                    f"pick one batch size with --batch-size (batch_size= in Python): both have "
+                    f"{sorted(sizes)}"
                     if sizes
                     else "the two have no batch size in common"
                 )

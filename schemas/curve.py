@@ -14,17 +14,40 @@ if TYPE_CHECKING:
 
 
 class CurvePoint(Record):
-    """Accuracy at one position (or one token-distance bin) for one batch size."""
+    """Accuracy at one position (or one token-distance bin) for one batch size.
+
+    An answer *parsed* when the parser read exactly one valid option for it (status `ok`); every other
+    status (missing, duplicate, out of range, unparseable) is a parse failure and is never correct.
+    `accuracy` (the headline) is among parsed answers; `accuracy_strict` counts failures as wrong, as the seed
+    notebook did; `parse_rate` is judged apart.
+    """
 
     batch_size: int = Field(description="N, questions per prompt.")
     position: int = Field(description="1-based position (or bin start, for token-distance curves).")
-    n: int = Field(ge=0, description="Answers at this position.")
-    n_correct: int = Field(ge=0, description="Correct answers.")
+    x: float = Field(
+        description="Where the point is plotted: the position, or the token-distance bin's centre."
+    )
+    n: int = Field(ge=0, description="Answers here, parsed or not.")
     n_parsed: int = Field(ge=0, description="Answers that parsed (status ok).")
-    accuracy: float | None = Field(description="n_correct / n; None when n is 0.")
-    ci_low: float | None = Field(description="Wilson 95% interval, lower bound.")
-    ci_high: float | None = Field(description="Wilson 95% interval, upper bound.")
+    n_correct: int = Field(ge=0, description="Correct answers (all of them parsed).")
+    accuracy: float | None = Field(
+        description="n_correct / n_parsed: accuracy among parsed answers; None if none."
+    )
+    ci_low: float | None = Field(
+        description="Pointwise 95% interval of `accuracy`, lower bound: Wilson's, widened by the design "
+        "effect when one cluster (trial, or sampled set under rotation) gives several answers here."
+    )
+    ci_high: float | None = Field(description="Pointwise 95% interval of `accuracy`, upper bound.")
+    band_low: float | None = Field(
+        None,
+        description="Simultaneous 95% band over every point of the curve, lower bound (max-|t| cluster "
+        "bootstrap); None when not asked for.",
+    )
+    band_high: float | None = Field(None, description="Simultaneous 95% band, upper bound.")
     parse_rate: float | None = Field(description="n_parsed / n.")
+    accuracy_strict: float | None = Field(
+        description="n_correct / n: failed parses counted as wrong (the seed's scoring)."
+    )
     mean_gold_prob: float | None = Field(
         None, description="Mean probability of the gold option, where recorded."
     )
@@ -39,19 +62,54 @@ class Interval(Record):
 
 
 class Curve(Record):
-    """One position curve: one model (and revision) at one batch size, over one or more jobs."""
+    """One curve: one model (and revision) at one batch size, over one or more jobs.
+
+    Answers of one prompt are not independent, and neither are the rotations of one sampled set: every
+    interval treats a *cluster* (a trial, or under rotation a sampled set) as the unit of sampling.
+    """
 
     model: str = Field(description="Model name.")
     revision: str | None = Field(None, description="Model revision.")
     job_ids: tuple[int, ...] = Field(description="Jobs whose results make up the curve.")
     batch_size: int = Field(description="N.")
     by: str = Field("position", description="`position` or `token-distance`.")
-    points: tuple[CurvePoint, ...] = Field(description="One point per position, in order.")
-    first_last_ratio: Interval | None = Field(
-        None, description="Accuracy at the last position over the first, cluster-bootstrapped over trials."
+    points: tuple[CurvePoint, ...] = Field(description="One point per position (or bin), in order.")
+    trials: int = Field(0, description="Distinct trials the curve is made of.")
+    clusters: int = Field(0, description="Independent clusters among them (trials, or sampled sets).")
+    cluster_unit: str = Field("trial", description="`trial`, or `sampled set` when a job used rotation.")
+    duplicate_trials: int = Field(
+        0,
+        description="Trials left out because an earlier job of the pool showed the same questions in the "
+        "same order and options: pooled jobs count each distinct trial once.",
     )
+    chance: float | None = Field(
+        None, description="Accuracy of guessing: the mean over questions of 1 / number of options."
+    )
+    contrast: Interval | None = Field(
+        None,
+        description="Last minus first position's accuracy (the headline contrast), cluster-bootstrap "
+        "percentile interval.",
+    )
+    first_last_ratio: Interval | None = Field(
+        None,
+        description="Last over first position's accuracy, cluster-bootstrap percentile interval; None unless "
+        "the first position's accuracy is bounded away from zero (its interval's lower bound at least 0.1).",
+    )
+    ratio_note: str | None = Field(None, description="Why there is no ratio, or how many resamples hit 0.")
     slope: Interval | None = Field(
-        None, description="Least-squares accuracy change per position, cluster-bootstrapped over trials."
+        None,
+        description="Accuracy change per position: least squares of correctness on position with errors "
+        "clustered, adjusted for question difficulty.",
+    )
+    position_effect: Interval | None = Field(
+        None,
+        description="The same fit as the change from the first position to the last, comparable across "
+        "batch sizes.",
+    )
+    shape_p: float | None = Field(
+        None,
+        description="p-value of the test that accuracy does not depend on position at all (positions "
+        "permuted within each cluster; valid under the random and rotation designs).",
     )
 
     def to_pandas(self) -> pd.DataFrame:
@@ -66,11 +124,24 @@ class DiffPoint(Record):
     """Difference in accuracy (B - A) at one position."""
 
     position: int = Field(description="1-based position.")
-    accuracy_a: float | None = Field(description="Accuracy of A.")
-    accuracy_b: float | None = Field(description="Accuracy of B.")
+    accuracy_a: float | None = Field(description="Accuracy of A (among parsed answers).")
+    accuracy_b: float | None = Field(description="Accuracy of B (among parsed answers).")
     diff: float | None = Field(description="accuracy_b - accuracy_a.")
-    ci_low: float | None = Field(description="95% interval of the difference, lower bound (Newcombe).")
-    ci_high: float | None = Field(description="95% interval of the difference, upper bound.")
+    ci_low: float | None = Field(
+        description="Pointwise 95% interval of the difference, lower bound (cluster bootstrap; paired over "
+        "matched trials)."
+    )
+    ci_high: float | None = Field(description="Pointwise 95% interval of the difference, upper bound.")
+    band_low: float | None = Field(
+        None, description="Simultaneous 95% band over all positions, lower bound (max-|t| bootstrap)."
+    )
+    band_high: float | None = Field(None, description="Simultaneous 95% band, upper bound.")
+    different: bool = Field(False, description="The simultaneous band excludes zero.")
+    mcnemar_p: float | None = Field(
+        None,
+        description="Exact McNemar p-value over matched trials where both parsed (paired comparisons only; "
+        "pointwise, not adjusted for the number of positions).",
+    )
 
 
 class Comparison(Record):
@@ -79,12 +150,27 @@ class Comparison(Record):
     a: str = Field(description="Label of curve A (job id or model).")
     b: str = Field(description="Label of curve B.")
     batch_size: int = Field(description="N.")
+    method: str = Field(
+        "unpaired",
+        description="`paired` (every trial of each side has its match: same questions at the same "
+        "positions), `unpaired` (none has), or `partly paired` (matched trials paired, the rest unpaired, "
+        "in one bootstrap).",
+    )
+    matched_trials: int = Field(0, description="Trials of A with a match in B.")
+    trials_a: int = Field(0, description="Distinct trials of A.")
+    trials_b: int = Field(0, description="Distinct trials of B.")
     points: tuple[DiffPoint, ...] = Field(description="One entry per position.")
-    ratio_a: Interval | None = Field(None, description="First-vs-last ratio of A.")
-    ratio_b: Interval | None = Field(None, description="First-vs-last ratio of B.")
+    contrast_diff: Interval | None = Field(
+        None, description="B's last-minus-first contrast minus A's (cluster bootstrap)."
+    )
+    slope_diff: Interval | None = Field(
+        None, description="B's least-squares slope of accuracy on position minus A's (cluster bootstrap)."
+    )
+    contrast_a: Interval | None = Field(None, description="A's last-minus-first contrast.")
+    contrast_b: Interval | None = Field(None, description="B's last-minus-first contrast.")
 
     def to_pandas(self) -> pd.DataFrame:
-        """One row per position: both accuracies, the difference and its interval."""
+        """One row per position: both accuracies, the difference, its intervals and the band."""
         return _frame(
             [
                 {"a": self.a, "b": self.b, "batch_size": self.batch_size, **p.model_dump()}

@@ -11,8 +11,9 @@ import json
 import warnings
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
+import numpy as np
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -163,18 +164,52 @@ class EngineOptions(Record):
 
 
 class FakeSpec(Record):
-    """The fake engine's behaviour: accuracy rises linearly from `first` to `last` across positions."""
+    """The fake engine's behaviour: a model whose accuracy by position is known, with the dependence
+    between answers a real model shows.
+
+    The accuracy at each position follows `curve` (or the line from `first` to `last`), and that is the true
+    marginal accuracy there whatever the effects below. Answers are correlated as a model's are: every
+    answer is correct when a latent score falls below the position's threshold, and the score is a sum of a
+    part shared by every answer to the same question (`question_effect`: some questions are hard), a part
+    shared by the answers of one prompt (`prompt_effect`: some prompts go badly; prompts showing the same
+    questions, such as the rotations of one set, share it) and noise of the fake's own (`seed`). The
+    question and prompt parts depend only on the content, so two fakes with different seeds answer the same
+    trials with correlated answers, as two checkpoints of one model do.
+    """
 
     first: float = Field(0.25, ge=0.0, le=1.0, description="Probability of a correct answer at position 1.")
     last: float = Field(0.55, ge=0.0, le=1.0, description="Probability of a correct answer at position N.")
+    curve: tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...] | None = Field(
+        None,
+        min_length=2,
+        description="Accuracy at evenly spaced points from the first position to the last, interpolated "
+        "linearly (e.g. [0.6, 0.3, 0.6] is a U); replaces `first` and `last` when given.",
+    )
+    question_effect: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Share of the latent variance shared by answers to one question."
+    )
+    prompt_effect: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Share of the latent variance shared by the answers of one prompt."
+    )
+    seed: int | None = Field(
+        None, description="Seed of the fake's own noise; the job's seed when not set (see the class)."
+    )
     malformed: float = Field(0.0, ge=0.0, le=1.0, description="Rate of unparseable answer lines.")
     delay_s: float = Field(0.0, ge=0.0, description="Seconds the fake engine sleeps per prompt.")
 
+    @model_validator(mode="after")
+    def _effects_leave_noise(self) -> Self:
+        if self.question_effect + self.prompt_effect >= 1.0:
+            raise ValueError("question_effect + prompt_effect must be below 1 (the rest is the fake's noise)")
+        return self
+
     def accuracy(self, position: int, batch_size: int) -> float:
         """True probability of a correct answer at 1-based `position` in a prompt of `batch_size`."""
+        where = 0.0 if batch_size <= 1 else (position - 1) / (batch_size - 1)
+        points = self.curve if self.curve is not None else (self.first, self.last)
         if batch_size <= 1:
-            return self.first
-        return self.first + (self.last - self.first) * (position - 1) / (batch_size - 1)
+            return points[0]
+        return float(np.interp(where, np.linspace(0.0, 1.0, len(points)), points))
 
 
 class JobSpec(Record):

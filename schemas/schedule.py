@@ -7,7 +7,7 @@ what the webhook receives, so each field says what it means.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field, model_validator
 
@@ -78,70 +78,105 @@ FINAL_VERDICTS = frozenset(Verdict) - {Verdict.pending}
 
 
 class RegressionRule(Record):
-    """When a checkpoint counts as a regression against its baseline. At least one limit must be set.
+    """When a checkpoint counts as a regression against its baseline. At least one of `max_drop` and
+    `max_shift` must be set; parse rates are always judged (`max_parse_drop`).
 
-    Every check is a point estimate beyond its limit AND an interval that excludes zero, with the
-    intervals widened (Bonferroni) for the number of comparisons made, so that a checkpoint that is as good
-    as its baseline is flagged with probability at most 1 - `confidence` per check.
+    Every check needs a change beyond its limit AND a one-sided (or, for the shift, two-sided) interval that
+    excludes zero; the intervals are simultaneous over everything a check looks at (each position, and
+    blocks of a tenth, a fifth and a half of the positions, and all of them) and split by Bonferroni over
+    the checks and batch sizes, so a checkpoint as good as its baseline is flagged with probability at most
+    1 - `confidence` in all. Matched trials are compared paired (service/comparison.py).
     """
 
     max_drop: float | None = Field(
         None,
         gt=0,
         le=100,
-        description="Percentage points: a regression when accuracy at some position drops by more than this "
-        "and the simultaneous interval of the difference lies below zero.",
+        description="Percentage points: a regression when accuracy (among parsed answers) at some position, "
+        "or over some block of positions, drops by more than this and the simultaneous one-sided bound of "
+        "the change lies below zero.",
     )
-    max_ratio_drop: float | None = Field(
+    max_shift: float | None = Field(
         None,
         gt=0,
-        description="A regression when the last/first accuracy ratio moves further from 1 (more position "
-        "bias) by more than this, and the bootstrap interval of that change lies above zero.",
+        le=200,
+        description="Percentage points: a regression when the last-minus-first contrast (position bias) "
+        "changes by more than this in either direction and its interval excludes zero. Symmetric: a recency "
+        "shift and a primacy shift of the same size count alike.",
+    )
+    max_parse_drop: float = Field(
+        5.0,
+        gt=0,
+        le=100,
+        description="Percentage points: a regression when the parse rate at some position or block drops by "
+        "more than this and the simultaneous one-sided bound lies below zero (judged apart from accuracy).",
     )
     confidence: float = Field(
-        0.95, gt=0.5, lt=1.0, description="Family-wise confidence of the intervals the checks use."
+        0.95, gt=0.5, lt=1.0, description="Family-wise confidence of the intervals the checks use, in all."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_ratio(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("max_ratio_drop") is not None:
+            raise ValueError(
+                "max_ratio_drop is gone: the last/first ratio is unstable and was judged asymmetrically; use "
+                "max_shift (points of change in last-minus-first accuracy), e.g. --max-shift 10"
+            )
+        if isinstance(data, dict) and "max_ratio_drop" in data:
+            data = {k: v for k, v in data.items() if k != "max_ratio_drop"}
+        return data
 
     @model_validator(mode="after")
     def _one_limit(self) -> Self:
-        if self.max_drop is None and self.max_ratio_drop is None:
-            raise ValueError("give a regression rule: --max-drop POINTS and/or --max-ratio-drop RATIO")
+        if self.max_drop is None and self.max_shift is None:
+            raise ValueError("give a regression rule: --max-drop POINTS and/or --max-shift POINTS")
         return self
 
     def describe(self) -> str:
-        """The rule in words, e.g. `drop > 5 points at any position, or ratio worse by > 0.2`."""
+        """The rule in words, e.g. `drop > 5 points at any position or block, or ...`."""
         parts = []
         if self.max_drop is not None:
-            parts.append(f"drop > {self.max_drop:g} points at any position")
-        if self.max_ratio_drop is not None:
-            parts.append(f"last/first ratio worse by > {self.max_ratio_drop:g}")
-        return " or ".join(parts) + f" ({self.confidence:.0%} confidence)"
+            parts.append(f"drop > {self.max_drop:g} points at a position or block")
+        if self.max_shift is not None:
+            parts.append(f"last-minus-first shift > {self.max_shift:g} points")
+        parts.append(f"parse rate drop > {self.max_parse_drop:g} points")
+        return " or ".join(parts) + f" ({self.confidence:.0%} confidence in all)"
 
 
 class PositionDrop(Record):
-    """Candidate minus baseline accuracy at one position."""
+    """Candidate minus baseline at one position or one block of positions."""
 
-    position: int = Field(description="1-based position.")
-    accuracy_baseline: float = Field(description="Baseline accuracy at this position.")
-    accuracy_candidate: float = Field(description="Candidate accuracy at this position.")
-    n_baseline: int = Field(description="Baseline answers at this position.")
-    n_candidate: int = Field(description="Candidate answers at this position.")
-    diff: float = Field(description="accuracy_candidate - accuracy_baseline (negative is a drop).")
-    ci_low: float = Field(description="Simultaneous interval of the difference (Newcombe), lower bound.")
-    ci_high: float = Field(description="Simultaneous interval of the difference, upper bound.")
-    flagged: bool = Field(description="Dropped by more than `max_drop` with the interval below zero.")
-
-
-class RatioChange(Record):
-    """How the last/first accuracy ratio changed (cluster bootstrap over trials, jobs resampled apart)."""
-
-    baseline: Interval = Field(description="Baseline last/first ratio.")
-    candidate: Interval = Field(description="Candidate last/first ratio.")
-    worsening: Interval = Field(
-        description="|candidate - 1| - |baseline - 1|: how much further from 1 (no position effect) the "
-        "candidate's ratio is; positive is worse."
+    first_position: int = Field(description="1-based first position of the block (the position itself).")
+    last_position: int = Field(description="1-based last position of the block.")
+    accuracy_baseline: float = Field(description="Baseline accuracy (or parse rate) there.")
+    accuracy_candidate: float = Field(description="Candidate accuracy (or parse rate) there.")
+    diff: float = Field(description="Candidate minus baseline (negative is a drop).")
+    upper: float = Field(
+        description="Simultaneous one-sided bound: the change is at most this (below zero: a drop is "
+        "established)."
     )
-    flagged: bool = Field(description="Worse by more than `max_ratio_drop` with the interval above zero.")
+    lower: float = Field(
+        description="Simultaneous one-sided bound on the other side: the change is at least this (so the "
+        "largest drop the data allow is -lower)."
+    )
+    flagged: bool = Field(description="Dropped by more than the limit with `upper` below zero.")
+
+    @property
+    def where(self) -> str:
+        """`position 7` or `positions 1-10`."""
+        if self.first_position == self.last_position:
+            return f"position {self.first_position}"
+        return f"positions {self.first_position}-{self.last_position}"
+
+
+class ShiftChange(Record):
+    """How the last-minus-first contrast changed (cluster bootstrap, paired where trials match)."""
+
+    baseline: Interval = Field(description="Baseline last-minus-first accuracy.")
+    candidate: Interval = Field(description="Candidate last-minus-first accuracy.")
+    change: Interval = Field(description="Candidate's contrast minus the baseline's.")
+    flagged: bool = Field(description="Changed by more than `max_shift` with the interval excluding zero.")
 
 
 class BatchSizeVerdict(Record):
@@ -149,13 +184,19 @@ class BatchSizeVerdict(Record):
 
     batch_size: int = Field(description="N.")
     positions: int = Field(description="Positions compared.")
+    method: str = Field("unpaired", description="`paired`, `partly paired` or `unpaired` (see Comparison).")
+    matched_trials: int = Field(0, description="Baseline trials with a match in the candidate.")
     worst_drop: PositionDrop | None = Field(
-        description="The largest flagged drop, else the largest drop (None when no position was compared)."
+        description="The largest flagged drop, else the place where the data allow the largest drop."
     )
-    drop_flagged: bool = Field(description="Some position fired the `max_drop` check.")
-    ratio: RatioChange | None = Field(
-        None, description="The ratio check; None when the rule has no `max_ratio_drop` or N is 1."
+    drop_flagged: bool = Field(description="Some position or block fired the `max_drop` check.")
+    shift: ShiftChange | None = Field(
+        None, description="The shift check; None without `max_shift` or at N = 1."
     )
+    parse_drop: PositionDrop | None = Field(
+        None, description="The largest flagged parse-rate drop, else the largest the data allow."
+    )
+    parse_flagged: bool = Field(False, description="Some position or block fired the parse-rate check.")
     note: str | None = Field(None, description="Why a check could not be made here (insufficient data).")
 
 
@@ -170,5 +211,5 @@ class VerdictDetail(Record):
     baseline_job_id: int | None = Field(None, description="The job it was compared with.")
     baseline_checkpoint: str | None = Field(None, description="The baseline's checkpoint, when it has one.")
     rule: RegressionRule | None = Field(None, description="The rule applied.")
-    comparisons: int = Field(0, description="Position comparisons made (the Bonferroni divisor).")
+    comparisons: int = Field(0, description="Checks the confidence was split over (Bonferroni divisor).")
     batch_sizes: tuple[BatchSizeVerdict, ...] = Field((), description="The checks, per batch size.")

@@ -129,7 +129,10 @@ class QuestionResult(Record):
     predicted: int | None = Field(
         None, description="0-based index of the option the model chose as shown; None if unparsed."
     )
-    correct: bool = Field(description="predicted == gold; False when the answer did not parse.")
+    correct: bool = Field(
+        description="The answer parsed (status ok) and predicted == gold. Every other status is a parse "
+        "failure, never correct (a position answered twice, too: `predicted` keeps the first answer)."
+    )
     parse_status: ParseStatus = Field(description="What the parser made of this position.")
     question_token_start: int | None = Field(
         None, description="Index of the question's first token in the prompt."

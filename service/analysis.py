@@ -1,320 +1,773 @@
-"""Statistics of position curves: pure functions over plain data, no database.
+"""Statistics of one curve: pure functions over per-trial answers, no database.
 
-Per point: n, accuracy and a Wilson 95% interval. The questions of one prompt are not independent (one
-prompt, one model state), so the summaries of a whole curve, its slope and its first/last ratio, come from a
-cluster bootstrap that resamples whole trials. Two curves compare position by position with Newcombe's
-hybrid score interval for a difference of proportions.
+The rules every number follows (the README's "Statistics" says the same to users):
+
+- An answer *parsed* when it has status `ok`; any other status is a parse failure and is never correct.
+  `accuracy` is among parsed answers (the headline, on every axis and in verdicts), `parse_rate` is the
+  share that parsed, `accuracy_strict` counts failures as wrong (the seed's scoring).
+- Answers of one prompt are not independent, nor are the rotations of one sampled set. A *cluster* is a
+  trial (random design) or a sampled set (rotation). Pointwise intervals are Wilson's with the design effect
+  of the clusters; every other interval comes from a bootstrap that resamples whole clusters.
+- Pooled jobs count each distinct trial once (`TrialData.pool`).
+
+A curve has, per point, a pointwise interval and (on request) a simultaneous 95% band: the max-|t| band of
+the cluster bootstrap, which holds at every point at once. Per curve: the last-minus-first contrast, the
+last/first ratio (only where the first accuracy is bounded away from zero), the slope from a least-squares
+fit of correctness on position with errors clustered and question difficulty adjusted (statsmodels), and a
+permutation test of "no position effect at all". `benchmarks/coverage.py` checks every interval's coverage
+by simulation with the fake engine's model of answers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import ndtri
 
-from posbias.schemas import (
-    Comparison,
-    Curve,
-    CurvePoint,
-    DiffPoint,
-    Interval,
-    ParseStatus,
-    PosbiasError,
-    QuestionResult,
-)
+from posbias.schemas import Curve, CurvePoint, Interval, ParseStatus, PosbiasError, QuestionResult, Trial
 
 Z95 = 1.959963984540054
+LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 2000
+PERMUTATIONS = 999
+RATIO_MIN_FIRST = 0.1
+"""The ratio is given only when the first position's pointwise interval starts at or above this: below it
+the ratio is unbounded in practice and its bootstrap is dominated by resamples near 0."""
+_CHUNK = 200
+"""Bootstrap resamples computed at a time (memory: chunk x clusters weights)."""
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class PositionCount:
-    """The counts behind one curve point: what the store aggregates per (job, batch size, position)."""
+# --- the data -----------------------------------------------------------------------------------------
 
-    batch_size: int
+
+class TrialRow(NamedTuple):
+    """One trial as the store has it (a SQL row can be passed as is)."""
+
+    trial_id: int
+    job_id: int
+    iteration: int
+    question_ids: Sequence[str]
+    choice_orders: Sequence[Sequence[int]] | None
+    rotation_design: bool
+    """True when the trial's job used the rotation design: its sampled set is its cluster."""
+    n_options: Sequence[int] | None = None
+    """Options per position, when known (for the chance line)."""
+
+
+class ResultRow(NamedTuple):
+    """One answer as the store has it."""
+
+    trial_id: int
     position: int
-    """1-based position, or the start of a token-distance bin."""
-    n: int
-    n_correct: int
-    n_parsed: int
-    gold_prob_sum: float = 0.0
-    """Sum of the gold option's probability over the answers that recorded one."""
-    n_gold_prob: int = 0
-    """How many answers recorded a gold probability."""
-
-
-@dataclass(frozen=True)
-class CorrectnessMatrix:
-    """Per-trial correctness at one batch size: row t, column p-1 is trial t's answer at position p."""
-
-    batch_size: int
-    correct: npt.NDArray[np.float64]
-    """Trials x positions; 1.0 correct, 0.0 wrong (a failed parse is wrong), NaN for no result."""
-
-    def __post_init__(self) -> None:
-        if self.correct.ndim != 2 or self.correct.shape[1] != self.batch_size:
-            raise ValueError(f"expected a trials x {self.batch_size} matrix, got shape {self.correct.shape}")
-
-    @classmethod
-    def from_rows(cls, rows: Iterable[tuple[int, int, bool]], *, batch_size: int) -> CorrectnessMatrix:
-        """From (trial index, position, correct) rows, e.g. a SQL query; a missing cell is NaN."""
-        trial_of: dict[int, int] = {}
-        cells: list[tuple[int, int, float]] = []
-        for trial, position, correct in rows:
-            row = trial_of.setdefault(trial, len(trial_of))
-            cells.append((row, position - 1, float(correct)))
-        matrix = np.full((len(trial_of), batch_size), np.nan)
-        if cells:
-            at = np.array(cells)
-            matrix[at[:, 0].astype(np.int64), at[:, 1].astype(np.int64)] = at[:, 2]
-        return cls(batch_size=batch_size, correct=matrix)
-
-    @classmethod
-    def from_results(cls, results: Iterable[QuestionResult], *, batch_size: int) -> CorrectnessMatrix:
-        """From the results of trials of one batch size."""
-        return cls.from_rows(((r.trial_index, r.position, r.correct) for r in results), batch_size=batch_size)
-
-
-@dataclass(frozen=True)
-class CurveStats:
-    """The bootstrapped summaries of one curve."""
-
-    first_last_ratio: Interval
-    """Accuracy at the last position over the first. Estimate None when the first is 0; a bound None when
-    resamples reach a first-position accuracy of 0 (unbounded)."""
-    slope: Interval
-    """Least-squares change in accuracy per position."""
-
-
-class DistanceRow(NamedTuple):
-    """One result for a token-distance curve (a SQL row can be passed as is)."""
-
-    batch_size: int
-    token_distance: int | None
-    correct: bool
     parsed: bool
+    correct: bool
     gold_prob: float | None = None
 
 
-def wilson_interval(k: int, n: int, *, z: float = Z95) -> Interval:
-    """Proportion k/n with its Wilson score interval; all None when n is 0."""
-    if n == 0:
+@dataclass(frozen=True)
+class TrialData:
+    """Every answer at one batch size, by trial (rows) and position (columns): what every analysis reads.
+
+    `correct` and `parsed` are 0/1 with `answered` saying where a result exists (a skipped trial has none).
+    """
+
+    batch_size: int
+    correct: Floats
+    parsed: Floats
+    answered: Floats
+    cluster: Ints
+    """Per trial, its cluster: 0..clusters-1."""
+    keys: tuple[tuple[str, ...], ...]
+    """Per trial, its content: question ids in prompt order (what matching and pooling compare)."""
+    questions: Ints
+    """Trials x positions: an integer code per question (the same question, the same code)."""
+    gold_prob: Floats
+    """Trials x positions: the gold option's probability; NaN where not recorded."""
+    jobs: tuple[int, ...] = ()
+    duplicates: int = 0
+    """Trials left out of a pool because an earlier job had the same content."""
+    cluster_unit: str = "trial"
+    chance: float | None = None
+
+    @property
+    def trials(self) -> int:
+        return int(self.correct.shape[0])
+
+    @property
+    def clusters(self) -> int:
+        return int(self.cluster.max()) + 1 if self.cluster.size else 0
+
+    @classmethod
+    def from_arrays(
+        cls,
+        correct: npt.ArrayLike,
+        *,
+        parsed: npt.ArrayLike | None = None,
+        cluster: npt.ArrayLike | None = None,
+        questions: npt.ArrayLike | None = None,
+        keys: Sequence[tuple[str, ...]] | None = None,
+        chance: float | None = None,
+    ) -> TrialData:
+        """From a trials x positions array of correctness (simulations, tests). `parsed` defaults to all;
+        `correct` is zeroed where an answer did not parse; `cluster` defaults to one per trial."""
+        right = np.asarray(correct, dtype=np.float64)
+        ok = np.ones_like(right) if parsed is None else np.asarray(parsed, dtype=np.float64)
+        trials, n = right.shape
+        codes = (
+            np.asarray(questions, dtype=np.int64)
+            if questions is not None
+            else np.arange(trials * n, dtype=np.int64).reshape(trials, n)
+        )
+        return cls(
+            batch_size=n,
+            correct=right * ok,
+            parsed=ok,
+            answered=np.ones_like(right),
+            cluster=_codes(np.asarray(cluster).tolist() if cluster is not None else range(trials)),
+            keys=tuple(keys) if keys is not None else tuple((f"t{t}",) for t in range(trials)),
+            questions=codes,
+            gold_prob=np.full_like(right, np.nan),
+            chance=chance,
+        )
+
+    @classmethod
+    def from_rows(
+        cls, trials: Iterable[TrialRow], results: Iterable[ResultRow], *, batch_size: int
+    ) -> TrialData:
+        """From store rows of one batch size, possibly of several jobs (see `pool` for how they combine)."""
+        by_job: dict[int, list[TrialRow]] = {}
+        for trial in trials:
+            by_job.setdefault(trial.job_id, []).append(trial)
+        answers: dict[int, list[ResultRow]] = {}
+        for result in results:
+            answers.setdefault(result.trial_id, []).append(result)
+        return cls.pool([(job, rows, answers) for job, rows in sorted(by_job.items())], batch_size=batch_size)
+
+    @classmethod
+    def from_results(
+        cls,
+        trials: Sequence[Trial],
+        results: Iterable[QuestionResult],
+        *,
+        rotation: bool = False,
+        job_id: int = 0,
+    ) -> TrialData:
+        """From a worker's results (a `ShardResult`'s) and the trials they answer, without a store."""
+        rows = [
+            TrialRow(t.index, job_id, t.iteration, t.question_ids, t.choice_orders, rotation) for t in trials
+        ]
+        answers = [
+            ResultRow(r.trial_index, r.position, r.parse_status is ParseStatus.ok, r.correct, r.gold_prob)
+            for r in results
+        ]
+        n = trials[0].batch_size if trials else 0
+        return cls.from_rows(rows, answers, batch_size=n)
+
+    @classmethod
+    def pool(
+        cls,
+        jobs: Sequence[tuple[int, Sequence[TrialRow], dict[int, list[ResultRow]]]],
+        *,
+        batch_size: int,
+    ) -> TrialData:
+        """The trials of several jobs, each distinct trial once: a trial whose questions, order and options
+        an earlier job (by id) already showed adds no information (greedy decoding answers it the same
+        way; sampling answers it with the same questions), so it is left out and counted in `duplicates`."""
+        seen: set[tuple[object, ...]] = set()
+        kept: list[tuple[TrialRow, list[ResultRow]]] = []
+        duplicates = 0
+        for _, rows, answers in jobs:
+            for trial in sorted(rows, key=lambda t: t.trial_id):
+                content = (
+                    tuple(trial.question_ids),
+                    None if trial.choice_orders is None else tuple(map(tuple, trial.choice_orders)),
+                )
+                if content in seen:
+                    duplicates += 1
+                    continue
+                seen.add(content)
+                kept.append((trial, answers.get(trial.trial_id, [])))
+        n = batch_size
+        t = len(kept)
+        correct = np.zeros((t, n))
+        parsed = np.zeros((t, n))
+        answered = np.zeros((t, n))
+        gold = np.full((t, n), np.nan)
+        vocabulary: dict[str, int] = {}
+        questions = np.zeros((t, n), dtype=np.int64)
+        clusters: list[tuple[int, int, int]] = []
+        options: list[float] = []
+        for row, (trial, results) in enumerate(kept):
+            for column, qid in enumerate(trial.question_ids[:n]):
+                questions[row, column] = vocabulary.setdefault(qid, len(vocabulary))
+            for r in results:
+                c = r.position - 1
+                answered[row, c] = 1.0
+                parsed[row, c] = float(r.parsed)
+                correct[row, c] = float(r.parsed and r.correct)
+                if r.gold_prob is not None:
+                    gold[row, c] = r.gold_prob
+            clusters.append(
+                (trial.job_id, trial.iteration, -1)
+                if trial.rotation_design
+                else (trial.job_id, -1, trial.trial_id)
+            )
+            if trial.n_options:
+                options.extend(1.0 / k for k in trial.n_options)
+        rotation = any(trial.rotation_design for trial, _ in kept)
+        return cls(
+            batch_size=n,
+            correct=correct,
+            parsed=parsed,
+            answered=answered,
+            cluster=_codes(clusters),
+            keys=tuple(tuple(trial.question_ids) for trial, _ in kept),
+            questions=questions,
+            gold_prob=gold,
+            jobs=tuple(job for job, _, _ in jobs),
+            duplicates=duplicates,
+            cluster_unit="sampled set" if rotation else "trial",
+            chance=float(np.mean(options)) if options else None,
+        )
+
+    def cluster_sums(self) -> tuple[Floats, Floats, Floats]:
+        """Per cluster and position: correct, parsed and answered counts (clusters x positions)."""
+        return (
+            _sum_by(self.cluster, self.correct),
+            _sum_by(self.cluster, self.parsed),
+            _sum_by(self.cluster, self.answered),
+        )
+
+
+def _codes(values: Iterable[object]) -> Ints:
+    """0..k-1 codes of `values` in order of first appearance."""
+    index: dict[object, int] = {}
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    return np.array(
+        [index.setdefault(v if not isinstance(v, list) else tuple(v), len(index)) for v in items],
+        dtype=np.int64,
+    )
+
+
+def _sum_by(groups: Ints, values: Floats) -> Floats:
+    out = np.zeros((int(groups.max()) + 1 if groups.size else 0, values.shape[1]))
+    np.add.at(out, groups, values)
+    return out
+
+
+# --- points -------------------------------------------------------------------------------------------
+
+
+def wilson_interval(k: float, n: float, *, z: float = Z95) -> Interval:
+    """Proportion k/n with its Wilson score interval (n may be an effective, non-integer size); all None
+    when n is 0."""
+    if n <= 0:
         return Interval(estimate=None, low=None, high=None)
     p = k / n
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denominator
     return Interval(estimate=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
 
 
-def count_positions(results: Iterable[QuestionResult], *, batch_size: int) -> list[PositionCount]:
-    """Per-position counts of the results of trials of one batch size (what the store aggregates)."""
-    totals: dict[int, list[float]] = {}
-    for result in results:
-        total = totals.setdefault(result.position, [0, 0, 0, 0.0, 0])
-        total[0] += 1
-        total[1] += result.correct
-        total[2] += result.parse_status is ParseStatus.ok
-        if result.gold_prob is not None:
-            total[3] += result.gold_prob
-            total[4] += 1
-    return [
-        PositionCount(batch_size, position, int(t[0]), int(t[1]), int(t[2]), float(t[3]), int(t[4]))
-        for position, t in sorted(totals.items())
-    ]
+def clustered_interval(k: Floats, m: Floats, *, z: float = Z95) -> Interval:
+    """Accuracy sum(k)/sum(m) over clusters with `k` correct of `m` answers each: Wilson's interval at the
+    effective sample size sum(m) / design effect, the design effect being the clusters' variance of the
+    ratio estimate over the binomial variance (never below 1). With one answer per cluster it is Wilson's
+    interval."""
+    total = float(m.sum())
+    if total <= 0:
+        return Interval(estimate=None, low=None, high=None)
+    p = float(k.sum()) / total
+    effective = total
+    used = m > 0
+    clusters = int(used.sum())
+    if clusters > 1 and float(m.max()) > 1 and 0 < p < 1:
+        residual = k[used] - p * m[used]
+        clustered = clusters / (clusters - 1) * float((residual**2).sum()) / total**2
+        effective = total / max(1.0, clustered / (p * (1 - p) / total))
+    interval = wilson_interval(p * effective, effective, z=z)
+    return Interval(estimate=p, low=interval.low, high=interval.high)
 
 
-def curve_points(counts: Iterable[PositionCount]) -> list[CurvePoint]:
-    """One point per count, ordered by batch size and position, with Wilson intervals."""
-    points = []
-    for count in sorted(counts, key=lambda c: (c.batch_size, c.position)):
-        interval = wilson_interval(count.n_correct, count.n)
-        points.append(
+def points(
+    data: TrialData, *, columns: Sequence[int] | None = None, xs: Sequence[float] | None = None
+) -> list[CurvePoint]:
+    """One point per column (position) of `data` that has answers, with its pointwise interval."""
+    k, m, a = data.cluster_sums()
+    labels = list(columns) if columns is not None else list(range(1, data.batch_size + 1))
+    where = list(xs) if xs is not None else [float(c) for c in labels]
+    found = []
+    for column, label in enumerate(labels):
+        n = float(a[:, column].sum())
+        if n == 0:
+            continue
+        parsed = float(m[:, column].sum())
+        correct = float(k[:, column].sum())
+        interval = clustered_interval(k[:, column], m[:, column])
+        gold = data.gold_prob[:, column]
+        recorded = gold[~np.isnan(gold)]
+        found.append(
             CurvePoint(
-                batch_size=count.batch_size,
-                position=count.position,
-                n=count.n,
-                n_correct=count.n_correct,
-                n_parsed=count.n_parsed,
+                batch_size=data.batch_size,
+                position=label,
+                x=where[column],
+                n=round(n),
+                n_parsed=round(parsed),
+                n_correct=round(correct),
                 accuracy=interval.estimate,
                 ci_low=interval.low,
                 ci_high=interval.high,
-                parse_rate=count.n_parsed / count.n if count.n else None,
-                mean_gold_prob=count.gold_prob_sum / count.n_gold_prob if count.n_gold_prob else None,
+                parse_rate=parsed / n,
+                accuracy_strict=correct / n,
+                mean_gold_prob=float(recorded.mean()) if recorded.size else None,
             )
         )
-    return points
+    return found
 
 
-def bootstrap_curve_stats(
-    matrix: CorrectnessMatrix, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
-) -> CurveStats:
-    """First/last ratio and slope with percentile intervals from a cluster bootstrap over trials.
+# --- the cluster bootstrap ----------------------------------------------------------------------------
 
-    Each resample draws as many trials as there are, with replacement, and keeps each trial's answers
-    together. Resamples are trial weights (multinomial counts), so a resample costs one matrix product.
+
+@dataclass(frozen=True)
+class Resampled:
+    """One curve's weighted sums per bootstrap resample (rows; row 0 is the data) and position (columns)."""
+
+    correct: Floats
+    parsed: Floats
+    answered: Floats
+
+    def accuracy(self, columns: Sequence[Sequence[int]] | None = None) -> Floats:
+        """Accuracy among parsed answers per resample: per position, or per group of `columns` pooled."""
+        k, m = self._grouped(self.correct, columns), self._grouped(self.parsed, columns)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return k / m
+
+    def parse_rate(self, columns: Sequence[Sequence[int]] | None = None) -> Floats:
+        """Share of answers that parsed per resample: per position, or per group of `columns` pooled."""
+        m, a = self._grouped(self.parsed, columns), self._grouped(self.answered, columns)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return m / a
+
+    @staticmethod
+    def _grouped(values: Floats, columns: Sequence[Sequence[int]] | None) -> Floats:
+        if columns is None:
+            return values
+        return np.column_stack([values[:, list(group)].sum(axis=1) for group in columns])
+
+
+def bootstrap(
+    sums: Sequence[tuple[Floats, Floats, Floats]],
+    *,
+    strata: Sequence[Ints],
+    membership: Sequence[Ints],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> list[Resampled]:
+    """Resample clusters; return each curve's weighted sums per resample (row 0: the data itself).
+
+    `sums[i]` are curve i's (correct, parsed, answered) counts per its own cluster; `membership[i]` maps each
+    of curve i's clusters to a shared resampling unit; `strata[j]` lists the units of stratum j. A unit's
+    weight is its multinomial count within its stratum, so each stratum keeps its size: a single curve has
+    one stratum; a comparison has one of matched units (a matched trial's two answers resampled together)
+    and one for each side's unmatched clusters.
     """
-    values = np.nan_to_num(matrix.correct, nan=0.0)
-    answered = (~np.isnan(matrix.correct)).astype(np.float64)
-    n_trials = values.shape[0]
-    empty = CurveStats(
-        first_last_ratio=Interval(estimate=None, low=None, high=None),
-        slope=Interval(estimate=None, low=None, high=None),
-    )
-    if n_trials == 0:
-        return empty
+    units = 1 + max(int(m.max()) for m in membership if m.size)
     rng = np.random.default_rng(seed)
-    weights = np.vstack(
-        [np.ones(n_trials), rng.multinomial(n_trials, np.full(n_trials, 1.0 / n_trials), size=resamples)]
+    out = [tuple(np.empty((resamples + 1, s[0].shape[1])) for _ in range(3)) for s in sums]
+    done = 0
+    for chunk in _chunks(resamples + 1):
+        weights = np.zeros((chunk, units))
+        for stratum in strata:
+            size = len(stratum)
+            if size:
+                weights[:, stratum] = rng.multinomial(size, np.full(size, 1.0 / size), size=chunk)
+        if done == 0:
+            weights[0] = 0.0
+            for stratum in strata:
+                weights[0, stratum] = 1.0
+        for i, counts in enumerate(sums):
+            w = weights[:, membership[i]]
+            for target, values in zip(out[i], counts, strict=True):
+                target[done : done + chunk] = w @ values
+        done += chunk
+    return [Resampled(correct=c, parsed=m, answered=a) for c, m, a in out]
+
+
+def _chunks(total: int) -> Iterator[int]:
+    while total > 0:
+        yield min(_CHUNK, total)
+        total -= min(_CHUNK, total)
+
+
+def single(data: TrialData, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Resampled:
+    """A curve's sums per resample of its clusters (row 0: the data)."""
+    sums = data.cluster_sums()
+    clusters = np.arange(sums[0].shape[0], dtype=np.int64)
+    return bootstrap([sums], strata=[clusters], membership=[clusters], resamples=resamples, seed=seed)[0]
+
+
+def small_sample(df: int | None, z: float) -> float:
+    """A bootstrap critical value `z` (on the normal scale) for `df + 1` resampled clusters, widened as
+    cluster-robust inference widens it: Student's t with `df` degrees of freedom at the same tail
+    probability, times sqrt(C / (C - 1)) for the bootstrap's variance, which is the clusters' divided by C
+    instead of C - 1. With 100 clusters a 95% interval widens by 1.7%; without it, intervals and bands came
+    out about a point short of their level (benchmarks/coverage.py)."""
+    from scipy.stats import norm, t
+
+    if df is None or df < 1 or not math.isfinite(z) or z <= 0:
+        return z
+    clusters = df + 1
+    return float(t.ppf(norm.cdf(z), df)) * math.sqrt(clusters / (clusters - 1))
+
+
+def percentile(
+    estimate: float | None, resampled: Floats, *, level: float = LEVEL, df: int | None = None
+) -> Interval:
+    """Percentile interval of `resampled` (NaN resamples, where the statistic is undefined, left out),
+    each side's distance from the estimate widened by `small_sample(df)` when `df` is given."""
+    kept = resampled[np.isfinite(resampled)]
+    if estimate is None or not math.isfinite(estimate) or kept.size == 0:
+        return Interval(
+            estimate=None if estimate is None or not math.isfinite(estimate) else estimate,
+            low=None,
+            high=None,
+        )
+    low, high = np.quantile(kept, [(1 - level) / 2, (1 + level) / 2])
+    z = float(ndtri((1 + level) / 2))
+    widen = small_sample(df, z) / z
+    return Interval(
+        estimate=float(estimate),
+        low=float(estimate - widen * (estimate - low)),
+        high=float(estimate + widen * (high - estimate)),
     )
+
+
+@dataclass(frozen=True)
+class Band:
+    """A simultaneous band: per position a low and high bound, holding at every position at once."""
+
+    low: Floats
+    high: Floats
+    critical: float
+    """The max-|t| quantile: the band is estimate +- critical x bootstrap standard error."""
+    se: Floats
+    """Per position, the bootstrap standard error (0 where resamples do not vary)."""
+
+
+def max_t_band(
+    estimate: Floats,
+    resampled: Floats,
+    *,
+    level: float = LEVEL,
+    clip: tuple[float, float] | None = (0.0, 1.0),
+    one_sided: str | None = None,
+    df: int | None = None,
+) -> Band:
+    """The max-|t| simultaneous band of the bootstrap: standardise each position's resamples by their
+    standard error, take the largest deviation over positions in each resample, and use its `level`
+    quantile as the common critical value. Positions whose resamples do not vary get a band of zero width
+    (their estimate cannot move under resampling: e.g. a curve compared with itself).
+
+    `one_sided="upper"` gives upper bounds only (the low side is -inf): for "no drop beyond" questions.
+    With `df` (resampled clusters - 1) the critical value is widened by `small_sample`.
+    """
+    finite = np.isfinite(resampled)
+    counts = finite.sum(axis=0)
+    se = np.zeros_like(estimate)
+    spread = counts > 1
+    if spread.any():
+        column = np.where(finite[:, spread], resampled[:, spread], 0.0)
+        mean = column.sum(axis=0) / counts[spread]
+        squares = np.where(finite[:, spread], (column - mean) ** 2, 0.0).sum(axis=0)
+        se[spread] = np.sqrt(squares / (counts[spread] - 1))
+    usable = np.isfinite(estimate) & np.isfinite(se) & (se > 1e-12)
+    critical = 0.0
+    if usable.any():
+        deviation = (resampled[:, usable] - estimate[usable]) / se[usable]
+        deviation = -deviation if one_sided == "upper" else np.abs(deviation)  # upper: how far below
+        worst = np.where(np.isfinite(deviation), deviation, -np.inf).max(axis=1)
+        worst = worst[np.isfinite(worst)]
+        critical = small_sample(df, float(np.quantile(worst, level))) if worst.size else 0.0
+    se_used = np.where(usable, se, 0.0)
+    low = estimate - critical * se_used if one_sided != "upper" else np.full_like(estimate, -np.inf)
+    high = estimate + critical * se_used
+    if clip is not None:
+        low = np.clip(low, *clip)
+        high = np.clip(high, *clip)
+    return Band(low=low, high=high, critical=critical, se=se_used)
+
+
+# --- summaries of a curve -----------------------------------------------------------------------------
+
+
+def contrast(resampled: Floats, *, df: int | None = None) -> Interval:
+    """Last minus first position's accuracy, with its percentile interval."""
+    values = resampled[:, -1] - resampled[:, 0]
+    return percentile(float(values[0]), values[1:], df=df)
+
+
+def least_squares_slopes(resampled: Floats) -> Floats:
+    """Least-squares slope of each row's accuracy against positions 1..N (over positions with answers)."""
+    positions = np.arange(1, resampled.shape[1] + 1, dtype=np.float64)
+    have = np.isfinite(resampled)
+    y = np.where(have, resampled, 0.0)
+    x = np.where(have, positions, 0.0)
+    count = have.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = (weights @ values) / (weights @ answered)  # row 0 is the data itself
-        slopes = _slopes(accuracy)
-        ratios = accuracy[:, -1] / accuracy[:, 0]
-    if matrix.batch_size < 2:
-        return empty
-    return CurveStats(
-        first_last_ratio=_percentile_interval(ratios[0], ratios[1:]),
-        slope=_percentile_interval(slopes[0], slopes[1:]),
-    )
+        x_mean = x.sum(axis=1) / count
+        y_mean = y.sum(axis=1) / count
+        dx = np.where(have, positions - x_mean[:, None], 0.0)
+        slopes: Floats = (dx * (y - y_mean[:, None])).sum(axis=1) / (dx * dx).sum(axis=1)
+    return slopes
+
+
+def ratio(data: TrialData, resampled: Floats) -> tuple[Interval | None, str | None]:
+    """Last over first accuracy with its percentile interval, when the first is bounded away from 0."""
+    k, m, _ = data.cluster_sums()
+    first = clustered_interval(k[:, 0], m[:, 0])
+    if first.low is None or first.low < RATIO_MIN_FIRST:
+        bound = "no answers" if first.low is None else f"its interval starts at {first.low:.2f}"
+        return None, (
+            f"no last/first ratio: the first position's accuracy is not bounded away from zero ({bound}, "
+            f"below {RATIO_MIN_FIRST}); see the last-minus-first contrast"
+        )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values = resampled[:, -1] / resampled[:, 0]
+    if not np.isfinite(values[0]):
+        return None, "no last/first ratio: the last position has no parsed answers"
+    zeros = int(np.sum(resampled[1:, 0] == 0))
+    note = f"{zeros} of {len(values) - 1} resamples had no correct first answer (left out)" if zeros else None
+    return percentile(float(values[0]), values[1:], df=data.clusters - 1), note
+
+
+def position_regression(data: TrialData) -> tuple[Interval, Interval] | None:
+    """Correctness (parsed answers) on relative position, least squares with errors clustered by `data`'s
+    clusters (statsmodels, t with clusters - 1 degrees of freedom), adjusted for question difficulty by a
+    covariate: how much better than its positions' means the question did in its other answers (shrunk to 0,
+    so a question seen once adds nothing). Returns (slope per position, first-to-last effect)."""
+    import statsmodels.api as sm
+
+    n = data.batch_size
+    if n < 2 or data.clusters < 3:
+        return None
+    rows, cols = np.nonzero(data.parsed > 0)
+    if rows.size < 3:
+        return None
+    y = data.correct[rows, cols]
+    relative = cols / (n - 1)
+    # Each answer's question, as seen in its other answers, net of where those were: residuals from the
+    # position means, so the covariate carries difficulty and not position (under rotation a question's
+    # other answers are at every other position, and their raw mean would move with this one's position).
+    means = np.bincount(cols, weights=y, minlength=n) / np.maximum(np.bincount(cols, minlength=n), 1)
+    residual = y - means[cols]
+    codes = data.questions[rows, cols]
+    s_q = np.bincount(codes, weights=residual)
+    n_q = np.bincount(codes).astype(np.float64)
+    prior = 2.0
+    difficulty = (s_q[codes] - residual) / (n_q[codes] - 1 + prior)
+    columns = [np.ones_like(y), relative]
+    # Under rotation each question is at every position of its set once: difficulty is balanced over
+    # positions by design, and the covariate would add only its noise (wider intervals, by simulation).
+    if data.cluster_unit == "trial" and np.ptp(difficulty) > 0:
+        columns.append(difficulty)
+    design = np.column_stack(columns)
+    if np.ptp(relative) == 0:
+        return None
+    fit = sm.OLS(y, design).fit(cov_type="cluster", cov_kwds={"groups": data.cluster[rows]}, use_t=True)
+    effect = float(fit.params[1])
+    low, high = (float(v) for v in fit.conf_int(alpha=1 - LEVEL)[1])
+    per = Interval(estimate=effect / (n - 1), low=low / (n - 1), high=high / (n - 1))
+    return per, Interval(estimate=effect, low=low, high=high)
+
+
+def shape_test(data: TrialData, *, permutations: int = PERMUTATIONS, seed: int = 0) -> float | None:
+    """p-value of "accuracy does not depend on position": the spread of the position accuracies
+    (sum over positions of parsed answers x squared deviation from the overall accuracy) against its
+    distribution when positions are permuted within each cluster (the same permutation for every trial of
+    a sampled set), which under no position effect leaves the data's distribution unchanged because the
+    planner assigned questions to positions at random."""
+    n = data.batch_size
+    if n < 2 or data.trials < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    observed = _spread(data.correct[None], data.parsed[None])[0]
+    exceed = 0
+    for chunk in _chunks(permutations):
+        order = np.argsort(rng.random((chunk, data.clusters, n)), axis=2)[:, data.cluster, :]
+        correct = np.take_along_axis(np.broadcast_to(data.correct, order.shape), order, axis=2)
+        parsed = np.take_along_axis(np.broadcast_to(data.parsed, order.shape), order, axis=2)
+        exceed += int(np.sum(_spread(correct, parsed) >= observed - 1e-12))
+    return (1 + exceed) / (1 + permutations)
+
+
+def _spread(correct: Floats, parsed: Floats) -> Floats:
+    k = correct.sum(axis=1)
+    m = parsed.sum(axis=1)
+    overall = k.sum(axis=1) / np.maximum(m.sum(axis=1), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.where(m > 0, k / np.where(m > 0, m, 1), overall[:, None])
+    spread: Floats = (m * (accuracy - overall[:, None]) ** 2).sum(axis=1)
+    return spread
+
+
+# --- curves -------------------------------------------------------------------------------------------
 
 
 def build_curve(
-    counts: Iterable[PositionCount],
+    data: TrialData,
     *,
     model: str,
     revision: str | None = None,
-    job_ids: Sequence[int],
-    batch_size: int,
-    matrix: CorrectnessMatrix | None = None,
+    band: bool = True,
     resamples: int = BOOTSTRAP_RESAMPLES,
+    permutations: int = PERMUTATIONS,
     seed: int = 0,
 ) -> Curve:
-    """The curve at `batch_size` from per-position counts, with bootstrapped ratio and slope when the
-    per-trial `matrix` is given."""
-    points = [p for p in curve_points(counts) if p.batch_size == batch_size]
-    stats = bootstrap_curve_stats(matrix, resamples=resamples, seed=seed) if matrix is not None else None
+    """The curve by position of `data`, with every summary (see the module's docstring)."""
+    found = points(data)
+    summaries: dict[str, Any] = {}  # Curve fields
+    if data.trials and data.batch_size > 1:
+        resampled = single(data, resamples=resamples, seed=seed).accuracy()
+        found_contrast = contrast(resampled, df=data.clusters - 1)
+        summaries["contrast"] = found_contrast if found_contrast.estimate is not None else None
+        summaries["first_last_ratio"], summaries["ratio_note"] = ratio(data, resampled)
+        fitted = position_regression(data)
+        if fitted is not None:
+            summaries["slope"], summaries["position_effect"] = fitted
+        summaries["shape_p"] = shape_test(data, permutations=permutations, seed=seed)
+        if band:
+            found = with_band(found, resampled, df=data.clusters - 1)
+    return Curve(
+        model=model,
+        revision=revision,
+        job_ids=data.jobs,
+        batch_size=data.batch_size,
+        points=tuple(found),
+        trials=data.trials,
+        clusters=data.clusters,
+        cluster_unit=data.cluster_unit,
+        duplicate_trials=data.duplicates,
+        chance=data.chance,
+        **summaries,
+    )
+
+
+def with_band(
+    found: Sequence[CurvePoint],
+    resampled: Floats,
+    *,
+    columns: Sequence[int] | None = None,
+    df: int | None = None,
+) -> list[CurvePoint]:
+    """`found` with the simultaneous 95% band of its accuracies (`resampled`: the cluster bootstrap, row 0
+    the data; `columns`: each point's column in it).
+
+    The common critical value c is the max-|t| quantile of the bootstrap; each point's band is then
+    Wilson's interval at z = c and at the effective sample size the bootstrap variance implies
+    (p(1 - p) / variance, so clustering is accounted for). Wilson's shape rather than estimate +- c x SE:
+    at the z of a simultaneous band (about 3.3 for 50 positions) the symmetric interval misses on the long
+    side of a skewed proportion (coverage 0.91 by simulation, against 0.95; benchmarks/coverage.py).
+    """
+    index = list(columns) if columns is not None else [p.position - 1 for p in found]
+    estimate = resampled[0, index]
+    band = max_t_band(estimate, resampled[1:, index], df=df)
+    updated = []
+    for i, p in enumerate(found):
+        if p.accuracy is None:
+            updated.append(p)
+            continue
+        se = float(band.se[i])
+        variance = p.accuracy * (1 - p.accuracy)
+        effective = variance / se**2 if se > 0 and variance > 0 else float(p.n_parsed)
+        wilson = wilson_interval(p.accuracy * effective, effective, z=max(band.critical, Z95))
+        updated.append(p.model_copy(update={"band_low": wilson.low, "band_high": wilson.high}))
+    return updated
+
+
+# --- token distance -----------------------------------------------------------------------------------
+
+
+class DistanceRow(NamedTuple):
+    """One answer for a token-distance curve (a SQL row can be passed as is)."""
+
+    trial_id: int
+    batch_size: int
+    token_distance: int | None
+    parsed: bool
+    correct: bool
+    gold_prob: float | None = None
+
+
+def distance_curve(
+    rows: Iterable[DistanceRow],
+    *,
+    bin_width: int,
+    clusters: dict[int, int],
+    model: str,
+    revision: str | None,
+    job_ids: Sequence[int],
+    batch_size: int,
+    band: bool = True,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Curve:
+    """Accuracy by distance in tokens from a question's end to its answer, in bins of `bin_width`: each
+    point at its bin's centre, its interval clustered (one trial gives several answers to a bin). Answers
+    with no distance (nothing parsed to place) are left out, so the parse rate here is among answers that
+    have one. `clusters` maps each trial to its cluster (itself, or its sampled set)."""
+    if bin_width < 1:
+        raise PosbiasError(f"bin width must be a positive number of tokens (got {bin_width})")
+    kept = [r for r in rows if r.token_distance is not None and r.batch_size == batch_size]
+    starts = sorted({r.token_distance // bin_width * bin_width for r in kept})  # type: ignore[operator]
+    column = {start: i for i, start in enumerate(starts)}
+    trial_code = {t: i for i, t in enumerate(sorted({r.trial_id for r in kept}))}
+    shape = (len(trial_code), len(starts))
+    correct, parsed, answered = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    gold_sum, gold_n = np.zeros(shape), np.zeros(shape)
+    for r in kept:
+        i, j = trial_code[r.trial_id], column[r.token_distance // bin_width * bin_width]  # type: ignore[operator]
+        answered[i, j] += 1
+        parsed[i, j] += r.parsed
+        correct[i, j] += r.parsed and r.correct
+        if r.gold_prob is not None:
+            gold_sum[i, j] += r.gold_prob
+            gold_n[i, j] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gold = np.where(gold_n > 0, gold_sum / np.where(gold_n > 0, gold_n, 1), np.nan)
+    data = TrialData(
+        batch_size=batch_size,
+        correct=correct,
+        parsed=parsed,
+        answered=answered,
+        cluster=_codes([clusters.get(t, t) for t in sorted(trial_code)]),
+        keys=(),
+        questions=np.zeros(shape, dtype=np.int64),
+        gold_prob=gold,
+        jobs=tuple(job_ids),
+    )
+    found = [
+        p.model_copy(update={"batch_size": batch_size})
+        for p in points(data, columns=starts, xs=[s + bin_width / 2 for s in starts])
+    ]
+    if band and kept and len(starts) > 1:
+        resampled = single(data, resamples=resamples).accuracy()
+        index = [column[p.position] for p in found]
+        found = with_band(found, resampled, columns=index, df=data.clusters - 1)
     return Curve(
         model=model,
         revision=revision,
         job_ids=tuple(job_ids),
         batch_size=batch_size,
-        points=tuple(points),
-        first_last_ratio=stats.first_last_ratio if stats else None,
-        slope=stats.slope if stats else None,
+        by="token-distance",
+        points=tuple(found),
+        trials=len(trial_code),
+        clusters=data.clusters,
     )
-
-
-def token_distance_points(rows: Iterable[DistanceRow], *, bin_width: int) -> list[CurvePoint]:
-    """Accuracy by distance in tokens from question to answer, in bins of `bin_width` tokens.
-
-    A point's `position` is its bin's first distance. Rows without a distance (skipped or unparsed answers)
-    are left out.
-    """
-    if bin_width < 1:
-        raise PosbiasError(f"bin width must be a positive number of tokens (got {bin_width})")
-    kept = [DistanceRow(*row) for row in rows if row[1] is not None]
-    if not kept:
-        return []
-    batch = np.array([row.batch_size for row in kept], dtype=np.int64)
-    start = np.array([row.token_distance for row in kept], dtype=np.int64) // bin_width * bin_width
-    correct = np.array([row.correct for row in kept], dtype=np.int64)
-    parsed = np.array([row.parsed for row in kept], dtype=np.int64)
-    has_prob = np.array([row.gold_prob is not None for row in kept], dtype=np.int64)
-    prob = np.array([row.gold_prob or 0.0 for row in kept], dtype=np.float64)
-
-    keys, group = np.unique(np.stack([batch, start], axis=1), axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    sizes = len(keys)
-    counts = [
-        PositionCount(
-            batch_size=int(key[0]),
-            position=int(key[1]),
-            n=int(n),
-            n_correct=int(k),
-            n_parsed=int(m),
-            gold_prob_sum=float(s),
-            n_gold_prob=int(g),
-        )
-        for key, n, k, m, s, g in zip(
-            keys,
-            np.bincount(group, minlength=sizes),
-            np.bincount(group, weights=correct, minlength=sizes),
-            np.bincount(group, weights=parsed, minlength=sizes),
-            np.bincount(group, weights=prob, minlength=sizes),
-            np.bincount(group, weights=has_prob, minlength=sizes),
-            strict=True,
-        )
-    ]
-    return curve_points(counts)
-
-
-def compare_curves(a: Curve, b: Curve, *, labels: tuple[str, str]) -> Comparison:
-    """B minus A at every position either curve has, with Newcombe's hybrid score 95% interval (method 10
-    of Newcombe 1998, built from the two Wilson intervals), plus each curve's first/last ratio."""
-    if a.batch_size != b.batch_size:
-        raise PosbiasError(
-            f"cannot compare curves at different batch sizes ({a.batch_size} and {b.batch_size}); "
-            "pick one batch size for both"
-        )
-    points_a = {p.position: p for p in a.points}
-    points_b = {p.position: p for p in b.points}
-    diffs = []
-    for position in sorted(points_a.keys() | points_b.keys()):
-        pa, pb = points_a.get(position), points_b.get(position)
-        acc_a = pa.accuracy if pa else None
-        acc_b = pb.accuracy if pb else None
-        diff = low = high = None
-        if pa and pb and acc_a is not None and acc_b is not None:
-            wa = wilson_interval(pa.n_correct, pa.n)
-            wb = wilson_interval(pb.n_correct, pb.n)
-            assert wa.low is not None and wa.high is not None and wb.low is not None and wb.high is not None
-            diff = acc_b - acc_a
-            low = diff - math.sqrt((acc_b - wb.low) ** 2 + (wa.high - acc_a) ** 2)
-            high = diff + math.sqrt((wb.high - acc_b) ** 2 + (acc_a - wa.low) ** 2)
-        diffs.append(
-            DiffPoint(
-                position=position, accuracy_a=acc_a, accuracy_b=acc_b, diff=diff, ci_low=low, ci_high=high
-            )
-        )
-    return Comparison(
-        a=labels[0],
-        b=labels[1],
-        batch_size=a.batch_size,
-        points=tuple(diffs),
-        ratio_a=a.first_last_ratio,
-        ratio_b=b.first_last_ratio,
-    )
-
-
-def _slopes(accuracy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Least-squares slope of each row against positions 1..N, over the positions that have answers."""
-    positions = np.arange(1, accuracy.shape[1] + 1, dtype=np.float64)
-    have = ~np.isnan(accuracy)
-    y = np.where(have, accuracy, 0.0)
-    x = np.where(have, positions, 0.0)
-    count = have.sum(axis=1)
-    x_mean = x.sum(axis=1) / count
-    y_mean = y.sum(axis=1) / count
-    dx = np.where(have, positions - x_mean[:, None], 0.0)
-    result: npt.NDArray[np.float64] = (dx * (y - y_mean[:, None])).sum(axis=1) / (dx * dx).sum(axis=1)
-    return result
-
-
-def _percentile_interval(estimate: float, resampled: npt.NDArray[np.float64]) -> Interval:
-    """Percentile interval; NaN resamples (0/0) are dropped, infinite bounds become None (unbounded)."""
-    finite_or_inf = np.sort(resampled[~np.isnan(resampled)])
-    if finite_or_inf.size == 0:
-        return Interval(estimate=_finite(estimate), low=None, high=None)
-    last = finite_or_inf.size - 1
-    low = finite_or_inf[math.floor(0.025 * last)]
-    high = finite_or_inf[math.ceil(0.975 * last)]
-    return Interval(estimate=_finite(estimate), low=_finite(low), high=_finite(high))
-
-
-def _finite(value: float | np.floating) -> float | None:
-    return float(value) if np.isfinite(value) else None

@@ -1,25 +1,15 @@
-"""Curves as users ask for them: read counts from the store, analyse them with `service/analysis.py`."""
+"""Curves as users ask for them: read a model's or a job's answers from the store and analyse them
+(`service/analysis.py` for one curve, `service/comparison.py` for two)."""
 
 from __future__ import annotations
 
 from posbias.schemas import Comparison, Curve, CurveAxis, CurveQuery, NotFoundError, PosbiasError
-from posbias.service import analysis, jobs, store
+from posbias.service import analysis, comparison, jobs, store
 from posbias.service.database import Database
 
 
-def curves(
-    db: Database,
-    query: CurveQuery,
-    *,
-    by: CurveAxis = CurveAxis.position,
-    bin_width: int = 256,
-    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
-) -> list[Curve]:
-    """One curve per batch size with results that match `query`, in batch-size order.
-
-    By position, points come from the stored aggregates and the first/last ratio and slope from a cluster
-    bootstrap over the per-trial results. By token distance, results are binned `bin_width` tokens wide.
-    """
+def _resolve(db: Database, query: CurveQuery) -> tuple[str, str | None, list[int]]:
+    """The model, revision and jobs a query names. `NotFoundError` naming the fix when nothing matches."""
     if query.model is None and query.job_id is None:
         raise PosbiasError("name a model (--model) or a job (--job)")
     if query.job_id is not None:
@@ -33,33 +23,47 @@ def curves(
     )
     if not job_ids:
         raise NotFoundError(f"no results for {query.describe()}: check `posbias status` and `posbias models`")
+    return model, revision, job_ids
+
+
+def curves(
+    db: Database,
+    query: CurveQuery,
+    *,
+    by: CurveAxis = CurveAxis.position,
+    bin_width: int = 256,
+    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
+) -> list[Curve]:
+    """One curve per batch size with results that match `query`, in batch-size order.
+
+    By position: per-trial answers pooled over the matching jobs (each distinct trial once), analysed with
+    every interval and summary of `analysis.build_curve`. By token distance: answers binned `bin_width`
+    tokens wide, intervals clustered by trial (or sampled set).
+    """
+    model, revision, job_ids = _resolve(db, query)
+    sizes = [n for n in store.batch_sizes(db, job_ids=job_ids) if query.batch_size in (None, n)]
     if by is CurveAxis.token_distance:
         rows = store.token_distance_rows(db, job_ids=job_ids, batch_size=query.batch_size)
-        points = analysis.token_distance_points(rows, bin_width=bin_width)
-        sizes = sorted({p.batch_size for p in points})
-        return [
-            Curve(
+        clusters = store.clusters_of(db, job_ids=job_ids)
+        found = [
+            analysis.distance_curve(
+                rows,
+                bin_width=bin_width,
+                clusters=clusters,
                 model=model,
                 revision=revision,
-                job_ids=tuple(job_ids),
+                job_ids=job_ids,
                 batch_size=n,
-                by=CurveAxis.token_distance.value,
-                points=tuple(p for p in points if p.batch_size == n),
+                resamples=resamples,
             )
             for n in sizes
         ]
-    counts = store.curve_counts(
-        db, model=query.model, revision=query.revision, batch_size=query.batch_size, job_id=query.job_id
-    )
-    sizes = sorted({c.batch_size for c in counts})
+        return [c for c in found if c.points]
     return [
         analysis.build_curve(
-            counts,
+            store.trial_data(db, job_ids=job_ids, batch_size=n),
             model=model,
             revision=revision,
-            job_ids=job_ids,
-            batch_size=n,
-            matrix=store.trial_matrix(db, job_ids=job_ids, batch_size=n) if n > 1 else None,
             resamples=resamples,
         )
         for n in sizes
@@ -67,18 +71,14 @@ def curves(
 
 
 def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> Comparison:
-    """B minus A, position by position, at one batch size."""
-    curve_a = _one_curve(db, a, batch_size=batch_size)
-    curve_b = _one_curve(db, b, batch_size=batch_size)
-    return analysis.compare_curves(curve_a, curve_b, labels=(_label(a), _label(b)))
-
-
-def _one_curve(db: Database, query: CurveQuery, *, batch_size: int) -> Curve:
-    found = curves(
-        db,
-        CurveQuery(model=query.model, revision=query.revision, job_id=query.job_id, batch_size=batch_size),
+    """B minus A, position by position, at one batch size: paired over matched trials."""
+    _, _, jobs_a = _resolve(db, a.model_copy(update={"batch_size": batch_size}))
+    _, _, jobs_b = _resolve(db, b.model_copy(update={"batch_size": batch_size}))
+    return comparison.compare(
+        store.trial_data(db, job_ids=jobs_a, batch_size=batch_size),
+        store.trial_data(db, job_ids=jobs_b, batch_size=batch_size),
+        labels=(_label(a), _label(b)),
     )
-    return found[0]
 
 
 def _label(query: CurveQuery) -> str:

@@ -15,7 +15,8 @@ def plot_curves(
     labels: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Path:
-    """One line per curve (accuracy by position) with its 95% interval as a band; chance level dashed.
+    """One line per curve (accuracy by position) with its pointwise 95% interval shaded; chance level dashed,
+    from the data's number of options.
 
     `labels` name the lines (default: the batch size).
     """
@@ -36,7 +37,7 @@ def plot_curves(
         points = [p for p in curve.points if p.accuracy is not None]
         if not points:
             continue
-        x = [p.position for p in points]
+        x = [p.x for p in points]
         (line,) = axes.plot(
             x, [p.accuracy or 0.0 for p in points], marker="o" if len(points) < 30 else None, ms=3, label=name
         )
@@ -47,7 +48,16 @@ def plot_curves(
             axes.errorbar(x, [y], yerr=[[y - low[0]], [high[0] - y]], capsize=4, color=line.get_color())
         else:
             axes.fill_between(x, low, high, alpha=0.18, linewidth=0, color=line.get_color())
-    axes.axhline(0.25, color="grey", linestyle="--", linewidth=0.8, label="chance (4 options)")
+    chances = [c.chance for c in curves if c.chance is not None]
+    if chances:
+        chance = sum(chances) / len(chances)
+        options = 1 / chance
+        label = (
+            f"chance ({options:.0f} options)"
+            if abs(options - round(options)) < 0.05
+            else f"chance ({chance:.2f})"
+        )
+        axes.axhline(chance, color="grey", linestyle="--", linewidth=0.8, label=label)
     axes.set_xlabel(
         "question position in the prompt" if by == "position" else "tokens from question to answer"
     )

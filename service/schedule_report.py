@@ -32,8 +32,8 @@ class ReportRow:
     checkpoint: CheckpointRecord
     first_accuracy: float | None
     last_accuracy: float | None
-    ratio: Interval | None
-    """Last/first accuracy of the checkpoint's own job (cluster bootstrap)."""
+    contrast: Interval | None
+    """Last-minus-first accuracy of the checkpoint's own job (cluster bootstrap)."""
     worst_drop: PositionDrop | None
     """From its verdict, at this batch size."""
     curve: Curve | None
@@ -79,7 +79,7 @@ def schedule_report(db: Database, name: str, *, batch_size: int | None = None) -
                 checkpoint=checkpoint,
                 first_accuracy=points[1].accuracy if 1 in points else None,
                 last_accuracy=points[batch_size].accuracy if batch_size in points else None,
-                ratio=curve.first_last_ratio if curve else None,
+                contrast=curve.contrast if curve else None,
                 worst_drop=worst,
                 curve=curve,
             )

@@ -192,9 +192,9 @@ def add_schedule(
         raise PosbiasError(f"{source.repo!r} is not a Hugging Face repository id (owner/name)")
     spec = template_spec(template, model="checkpoint")
     check_pool(spec, pool=load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir))
-    if rule.max_ratio_drop is not None and max(spec.batch_sizes) < 2:
+    if rule.max_shift is not None and max(spec.batch_sizes) < 2:
         raise PosbiasError(
-            "--max-ratio-drop compares last/first ratios: the template needs a batch size above 1"
+            "--max-shift compares last-minus-first contrasts: the template needs a batch size above 1"
         )
     kind, baseline_job = parse_baseline(baseline)
     if baseline_job is not None:

@@ -21,9 +21,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from posbias.schemas import ModelInfo, NotFoundError, ParseStatus, QuestionResult, ShardResult, TrialStatus
-from posbias.service import jobs
-from posbias.service.analysis import CorrectnessMatrix, DistanceRow, PositionCount
-from posbias.service.database import Database, dialect_insert
+from posbias.service import jobs, tables
+from posbias.service.analysis import DistanceRow, ResultRow, TrialData, TrialRow
+from posbias.service.database import IN_CHUNK, Database, dialect_insert
 from posbias.service.tables import CurvePoint, Job, Model, Result, Trial
 
 # Columns of `results` in the order both bulk paths write them, with the PostgreSQL types binary COPY sends
@@ -264,6 +264,18 @@ def _filter_jobs(
     return query
 
 
+class PositionCount(NamedTuple):
+    """The stored totals behind one point: what `curve_points` holds per (job, batch size, position)."""
+
+    batch_size: int
+    position: int
+    n: int
+    n_correct: int
+    n_parsed: int
+    gold_prob_sum: float = 0.0
+    n_gold_prob: int = 0
+
+
 def curve_counts(
     db: Database,
     *,
@@ -303,29 +315,102 @@ def curve_counts(
         ]
 
 
-def trial_matrix(db: Database, *, job_ids: Collection[int], batch_size: int) -> CorrectnessMatrix:
-    """Per-trial correctness at `batch_size` over `job_ids` (answered trials only), for the cluster
-    bootstrap: one row per trial, one column per position."""
-    query = (
-        select(Result.trial_id, Result.position, Result.correct)
-        .where(Result.job_id.in_(sorted(set(job_ids))), Result.batch_size == batch_size)
-        .order_by(Result.trial_id, Result.position)
-    )
+def batch_sizes(db: Database, *, job_ids: Collection[int]) -> list[int]:
+    """The batch sizes at which `job_ids` have results, in order."""
+    query = select(CurvePoint.batch_size).where(CurvePoint.job_id.in_(sorted(set(job_ids)))).distinct()
     with db.read() as session:
-        rows = session.execute(query).all()
-    return CorrectnessMatrix.from_rows(rows, batch_size=batch_size)
+        return sorted(session.scalars(query))
+
+
+def trial_data(db: Database, *, job_ids: Collection[int], batch_size: int) -> TrialData:
+    """Every answered trial of `job_ids` at `batch_size`, with its answers, as the analyses read them:
+    pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by sampled set
+    for jobs of the rotation design."""
+    ids = sorted(set(job_ids))
+    with db.read() as session:
+        rotation = {
+            job_id: spec.get("design") == "rotation"
+            for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+        }
+        trial_rows = session.execute(
+            select(Trial.id, Trial.job_id, Trial.iteration, Trial.question_ids, Trial.choice_orders)
+            .where(Trial.job_id.in_(ids), Trial.batch_size == batch_size, Trial.status == TrialStatus.done)
+            .order_by(Trial.job_id, Trial.index)
+        ).all()
+        options = _option_counts(session, {qid for row in trial_rows for qid in row.question_ids})
+        results = [
+            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold)
+            for trial_id, position, status, correct, gold in session.execute(
+                select(
+                    Result.trial_id, Result.position, Result.parse_status, Result.correct, Result.gold_prob
+                )
+                .where(Result.job_id.in_(ids), Result.batch_size == batch_size)
+                .order_by(Result.trial_id, Result.position)
+            )
+        ]
+    trials = [
+        TrialRow(
+            trial_id=row.id,
+            job_id=row.job_id,
+            iteration=row.iteration,
+            question_ids=row.question_ids,
+            choice_orders=row.choice_orders,
+            rotation_design=rotation.get(row.job_id, False),
+            n_options=[options.get(qid, 0) or 1 for qid in row.question_ids],
+        )
+        for row in trial_rows
+    ]
+    return TrialData.from_rows(trials, results, batch_size=batch_size)
+
+
+def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:
+    """Options per question (for the chance line)."""
+    counts: dict[str, int] = {}
+    ordered = sorted(question_ids)
+    for start in range(0, len(ordered), IN_CHUNK):
+        chunk = ordered[start : start + IN_CHUNK]
+        for qid, choices in session.execute(
+            select(tables.Question.id, tables.Question.choices).where(tables.Question.id.in_(chunk))
+        ):
+            counts[qid] = len(choices)
+    return counts
+
+
+def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
+    """Each trial of `job_ids` mapped to its cluster's representative: itself, or under rotation the first
+    trial of its sampled set."""
+    ids = sorted(set(job_ids))
+    with db.read() as session:
+        rotation = {
+            job_id
+            for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+            if spec.get("design") == "rotation"
+        }
+        rows = session.execute(
+            select(Trial.id, Trial.job_id, Trial.batch_size, Trial.iteration)
+            .where(Trial.job_id.in_(ids))
+            .order_by(Trial.id)
+        ).all()
+    first: dict[tuple[int, int, int], int] = {}
+    return {
+        row.id: first.setdefault((row.job_id, row.batch_size, row.iteration), row.id)
+        if row.job_id in rotation
+        else row.id
+        for row in rows
+    }
 
 
 def token_distance_rows(
     db: Database, *, job_ids: Collection[int], batch_size: int | None = None
 ) -> list[DistanceRow]:
-    """Per result of `job_ids` (at `batch_size` when given): token distance, correctness, whether it parsed,
-    and the gold option's probability; for curves by token distance instead of position."""
+    """Per result of `job_ids` (at `batch_size` when given): its trial, token distance, whether it parsed
+    and is correct, and the gold option's probability; for curves by token distance instead of position."""
     query = select(
+        Result.trial_id,
         Result.batch_size,
         Result.token_distance,
-        Result.correct,
         Result.parse_status == ParseStatus.ok,
+        Result.correct,
         Result.gold_prob,
     ).where(Result.job_id.in_(sorted(set(job_ids))))
     if batch_size is not None:

@@ -1,6 +1,21 @@
-"""Verdicts: judging a candidate job against a baseline job by a `RegressionRule`, per position (a Newcombe
-interval on the accuracy difference) and per batch size (a bootstrap interval on the change in the last/first
-ratio), with the intervals adjusted to hold together.
+"""Verdicts: judging a candidate job against a baseline job by a `RegressionRule`.
+
+At each batch size the two jobs are compared with the stratified cluster bootstrap of
+`service/comparison.py`: paired over matched trials (same questions at the same positions, which is what a
+schedule's checkpoints share), unpaired for the rest. Three checks, each asked one-sidedly where the question
+is one-sided:
+
+- drop: accuracy (among parsed answers) at every position and over blocks of positions (a tenth, a fifth,
+  a half of the prompt, and all of it): a regression where the change is below `-max_drop` and its
+  simultaneous one-sided upper bound (max-t over the whole family) is below zero. The blocks give power for
+  drops that span several positions, which no single position has the answers to show.
+- shift: the last-minus-first contrast's change, either direction, beyond `max_shift` with its interval
+  excluding zero (symmetric: recency and primacy alike).
+- parse: the parse rate, as the drop check, beyond `max_parse_drop`.
+
+The rule's confidence is split (Bonferroni) over the checks made and the batch sizes, so a checkpoint as good
+as its baseline is flagged with probability at most 1 - confidence. `benchmarks/coverage.py` measures that
+rate and the power to catch a given drop.
 
 Reads finished jobs' results from the store and writes nothing; the scheduler decides which jobs to compare
 and records the outcome.
@@ -8,24 +23,22 @@ and records the outcome.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
-import numpy.typing as npt
 
-from posbias.schemas import Interval
-from posbias.schemas.schedule import BatchSizeVerdict, PositionDrop, RatioChange, RegressionRule, Verdict
+from posbias.schemas.schedule import BatchSizeVerdict, PositionDrop, RegressionRule, ShiftChange, Verdict
 from posbias.service import store
-from posbias.service.analysis import CorrectnessMatrix, PositionCount, wilson_interval
+from posbias.service.analysis import BOOTSTRAP_RESAMPLES, Floats, TrialData, max_t_band, percentile
+from posbias.service.comparison import resample_pair
 from posbias.service.database import Database
 
 MIN_ANSWERS = 20
-"""Fewer answers than this at a position (in either job) leave the comparison inconclusive: a Wilson
+"""Fewer parsed answers than this at a position (in either job) leave that position out of the checks: an
 interval at n < 20 is about +-20 points wide, too wide for a `pass` to mean anything."""
-RATIO_RESAMPLES = 2000
+BLOCK_FRACTIONS = (0.1, 0.2, 0.5, 1.0)
+"""Block widths, as fractions of the batch size, that the drop and parse checks look at besides positions."""
 
 
 @dataclass(frozen=True)
@@ -38,74 +51,151 @@ class Outcome:
     batch_sizes: list[BatchSizeVerdict]
 
 
-def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: RegressionRule) -> Outcome:
-    """Judge `candidate_job` against `baseline_job` at every batch size they share.
+def blocks(batch_size: int) -> list[tuple[int, int]]:
+    """The family a drop check looks at: each position, then consecutive blocks of each width in
+    `BLOCK_FRACTIONS` (0-based, end exclusive), without repeats."""
+    family: list[tuple[int, int]] = [(p, p + 1) for p in range(batch_size)]
+    for fraction in BLOCK_FRACTIONS:
+        width = max(2, round(batch_size * fraction))
+        if width > batch_size:
+            continue
+        for start in range(0, batch_size - width + 1, width):
+            if (start, start + width) not in family:
+                family.append((start, start + width))
+    return family
 
-    Per position, candidate minus baseline accuracy with a Newcombe interval built from Wilson intervals at
-    a Bonferroni-adjusted z (over every position compared), so all positions' intervals hold together with
-    probability `rule.confidence`; per batch size, the change in the last/first ratio's distance from 1
-    with a cluster-bootstrap interval (Bonferroni over batch sizes). A check fires when the estimate is
-    beyond its limit and its interval excludes zero.
-    """
-    base = _counts_by_size(store.curve_counts(db, job_id=baseline_job))
-    cand = _counts_by_size(store.curve_counts(db, job_id=candidate_job))
-    sizes = sorted(base.keys() & cand.keys())
+
+def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: RegressionRule) -> Outcome:
+    """Judge `candidate_job` against `baseline_job` at every batch size they share."""
+    base_sizes = set(store.batch_sizes(db, job_ids=[baseline_job]))
+    cand_sizes = set(store.batch_sizes(db, job_ids=[candidate_job]))
+    sizes = sorted(base_sizes & cand_sizes)
     if not sizes:
         return Outcome(
             verdict=Verdict.inconclusive,
-            reason=f"no batch size in common: baseline job {baseline_job} has {sorted(base)}, candidate "
-            f"{sorted(cand)}",
+            reason=f"no batch size in common: baseline job {baseline_job} has {sorted(base_sizes)}, "
+            f"candidate {sorted(cand_sizes)}",
             comparisons=0,
             batch_sizes=[],
         )
-    thin = {n: _thin_positions(base[n], cand[n], batch_size=n) for n in sizes}
-    compared = [n for n in sizes if not thin[n]]
-    comparisons = sum(compared)
-    alpha = 1 - rule.confidence
-    z = NormalDist().inv_cdf(1 - alpha / (2 * comparisons)) if comparisons else 0.0
-    ratio_sizes = [n for n in compared if n > 1] if rule.max_ratio_drop is not None else []
-    verdicts = []
-    for n in sizes:
-        if thin[n]:
-            listed = ", ".join(map(str, thin[n][:5])) + (" ..." if len(thin[n]) > 5 else "")
-            verdicts.append(
-                BatchSizeVerdict(
-                    batch_size=n,
-                    positions=0,
-                    worst_drop=None,
-                    drop_flagged=False,
-                    note=f"fewer than {MIN_ANSWERS} answers at position {listed} in one of the jobs",
-                )
-            )
-            continue
-        drops = [_drop(base[n][p], cand[n][p], z=z, max_drop=rule.max_drop) for p in range(1, n + 1)]
-        flagged = [d for d in drops if d.flagged]
-        worst = min(flagged or drops, key=lambda d: d.diff)
-        ratio, note = None, None
-        if n in ratio_sizes:
-            assert rule.max_ratio_drop is not None
-            ratio = _ratio_change(
-                db,
-                baseline_job=baseline_job,
-                candidate_job=candidate_job,
-                batch_size=n,
-                alpha=alpha / len(ratio_sizes),
-                limit=rule.max_ratio_drop,
-            )
-            if ratio is None:
-                note = "the last/first ratio is undefined (accuracy 0 at position 1 in one of the jobs)"
-        verdicts.append(
-            BatchSizeVerdict(
-                batch_size=n,
-                positions=n,
-                worst_drop=worst,
-                drop_flagged=bool(flagged),
-                ratio=ratio,
-                note=note,
-            )
+    data = {
+        n: (
+            store.trial_data(db, job_ids=[baseline_job], batch_size=n),
+            store.trial_data(db, job_ids=[candidate_job], batch_size=n),
         )
+        for n in sizes
+    }
+    checks = [n for n in sizes if _usable(*data[n])]
+    parts = (rule.max_drop is not None) + 1 + (rule.max_shift is not None)
+    comparisons = max(1, len(checks) * parts)
+    alpha = (1 - rule.confidence) / comparisons
+    verdicts = [judge(*data[n], rule=rule, alpha=alpha) for n in sizes]
     verdict, reason = _overall(verdicts, rule=rule)
     return Outcome(verdict=verdict, reason=reason, comparisons=comparisons, batch_sizes=verdicts)
+
+
+def _usable(base: TrialData, cand: TrialData) -> bool:
+    return bool(_positions(base, cand))
+
+
+def _positions(base: TrialData, cand: TrialData) -> list[int]:
+    """0-based positions with enough parsed answers in both jobs."""
+    counts = np.minimum(base.parsed.sum(axis=0), cand.parsed.sum(axis=0))
+    return [p for p in range(base.batch_size) if counts[p] >= MIN_ANSWERS]
+
+
+def judge(
+    base: TrialData,
+    cand: TrialData,
+    *,
+    rule: RegressionRule,
+    alpha: float,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> BatchSizeVerdict:
+    """The checks of `rule` at one batch size, each at one-sided level `alpha` (simultaneous over its
+    family)."""
+    n = base.batch_size
+    kept = set(_positions(base, cand))
+    if not kept:
+        return BatchSizeVerdict(
+            batch_size=n,
+            positions=0,
+            worst_drop=None,
+            drop_flagged=False,
+            note=f"fewer than {MIN_ANSWERS} parsed answers at every position in one of the jobs",
+        )
+    matching, rb, rc = resample_pair(base, cand, resamples=resamples, seed=seed)
+    family = [range(a, b) for a, b in blocks(n) if set(range(a, b)) <= kept]
+    df = matching.df
+    drop, drop_flagged = _one_sided(
+        rb.accuracy(family), rc.accuracy(family), family, limit=rule.max_drop, alpha=alpha, df=df
+    )
+    parse, parse_flagged = _one_sided(
+        rb.parse_rate(family), rc.parse_rate(family), family, limit=rule.max_parse_drop, alpha=alpha, df=df
+    )
+    shift = None
+    if rule.max_shift is not None and n > 1 and {0, n - 1} <= kept:
+        shift = _shift(rb.accuracy(), rc.accuracy(), limit=rule.max_shift, alpha=alpha, df=df)
+    thin = n - len(kept)
+    return BatchSizeVerdict(
+        batch_size=n,
+        positions=len(kept),
+        method=matching.method,
+        matched_trials=len(matching.pairs),
+        worst_drop=drop,
+        drop_flagged=drop_flagged,
+        shift=shift,
+        parse_drop=parse,
+        parse_flagged=parse_flagged,
+        note=f"{thin} positions with fewer than {MIN_ANSWERS} parsed answers left out" if thin else None,
+    )
+
+
+def _one_sided(
+    base: Floats, cand: Floats, family: Sequence[range], *, limit: float | None, alpha: float, df: int
+) -> tuple[PositionDrop | None, bool]:
+    """The family's changes with simultaneous one-sided bounds; the worst flagged drop (or, when none is
+    flagged, the place where the data allow the largest drop) and whether any was flagged."""
+    diff = cand - base
+    upper = max_t_band(diff[0], diff[1:], level=1 - alpha, one_sided="upper", clip=None, df=df).high
+    lower = -max_t_band(-diff[0], -diff[1:], level=1 - alpha, one_sided="upper", clip=None, df=df).high
+    drops = []
+    for k, positions in enumerate(family):
+        d = float(diff[0, k])
+        if not np.isfinite(d):
+            continue
+        flagged = limit is not None and -d > limit / 100 and upper[k] < 0
+        drops.append(
+            PositionDrop(
+                first_position=positions.start + 1,
+                last_position=positions.stop,
+                accuracy_baseline=float(base[0, k]),
+                accuracy_candidate=float(cand[0, k]),
+                diff=d,
+                upper=float(upper[k]),
+                lower=float(lower[k]),
+                flagged=bool(flagged),
+            )
+        )
+    if not drops:
+        return None, False
+    flagged = [d for d in drops if d.flagged]
+    worst = min(flagged, key=lambda d: d.diff) if flagged else min(drops, key=lambda d: d.lower)
+    return worst, bool(flagged)
+
+
+def _shift(base: Floats, cand: Floats, *, limit: float, alpha: float, df: int) -> ShiftChange:
+    cb = base[:, -1] - base[:, 0]
+    cc = cand[:, -1] - cand[:, 0]
+    change = percentile(float(cc[0] - cb[0]), (cc - cb)[1:], level=1 - alpha, df=df)
+    excludes = change.low is not None and change.high is not None and (change.low > 0 or change.high < 0)
+    return ShiftChange(
+        baseline=percentile(float(cb[0]), cb[1:], df=df),
+        candidate=percentile(float(cc[0]), cc[1:], df=df),
+        change=change,
+        flagged=bool(change.estimate is not None and abs(change.estimate) > limit / 100 and excludes),
+    )
 
 
 def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> tuple[Verdict, str]:
@@ -114,135 +204,47 @@ def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> t
         if v.drop_flagged and v.worst_drop is not None:
             d = v.worst_drop
             fired.append(
-                f"N={v.batch_size} position {d.position}: {_points(d.diff)} ({_points(d.ci_low)} to "
-                f"{_points(d.ci_high)}), limit -{rule.max_drop:g} points"
+                f"N={v.batch_size} {d.where}: accuracy {_points(d.diff)} (at most {_points(d.upper)}, "
+                f"simultaneous bound), limit -{rule.max_drop:g} points"
             )
-        if v.ratio is not None and v.ratio.flagged:
-            r = v.ratio
+        if v.shift is not None and v.shift.flagged:
+            s = v.shift
             fired.append(
-                f"N={v.batch_size} last/first ratio {_num(r.baseline.estimate)} -> "
-                f"{_num(r.candidate.estimate)} (further from 1 by {_num(r.worsening.estimate)}, "
-                f"interval from {_num(r.worsening.low)}), "
-                f"limit {rule.max_ratio_drop:g}"
+                f"N={v.batch_size} last-minus-first {_points(s.baseline.estimate)} -> "
+                f"{_points(s.candidate.estimate)} (change {_points(s.change.low)} to "
+                f"{_points(s.change.high)}), "
+                f"limit {rule.max_shift:g} points"
+            )
+        if v.parse_flagged and v.parse_drop is not None:
+            d = v.parse_drop
+            fired.append(
+                f"N={v.batch_size} {d.where}: parse rate {_points(d.diff)} (at most {_points(d.upper)}), "
+                f"limit -{rule.max_parse_drop:g} points"
             )
     if fired:
         more = f" (and {len(fired) - 1} more)" if len(fired) > 1 else ""
         return Verdict.regression, f"{fired[0]}{more}"
-    notes = [f"N={v.batch_size}: {v.note}" for v in verdicts if v.note]
-    if notes:
-        return Verdict.inconclusive, "; ".join(notes)
-    if rule.max_ratio_drop is not None and not any(v.ratio for v in verdicts):
+    judged = [v for v in verdicts if v.worst_drop is not None]
+    if not judged:
+        notes = [f"N={v.batch_size}: {v.note}" for v in verdicts if v.note]
+        return Verdict.inconclusive, "; ".join(notes) or "nothing to compare"
+    if rule.max_shift is not None and not any(v.shift for v in verdicts):
         return (
             Verdict.inconclusive,
-            "no batch size above 1 in common: the last/first ratio cannot be compared",
+            "no batch size above 1 with both ends compared: the shift cannot be judged",
         )
-    drops = [v.worst_drop for v in verdicts if v.worst_drop is not None]
-    worst = min(drops, key=lambda d: d.diff)
-    size = next(v.batch_size for v in verdicts if v.worst_drop is worst)
+    worst = min(judged, key=lambda v: v.worst_drop.lower if v.worst_drop else 0.0)
+    drop = worst.worst_drop
+    assert drop is not None
+    allowed = _points(-drop.lower, signed=False)
     return (
         Verdict.passed,
-        f"within the rule: largest drop {_points(worst.diff)} at N={size} position {worst.position} "
-        f"({_points(worst.ci_low)} to {_points(worst.ci_high)})",
+        f"within the rule: no drop established; the data allow a drop of at most {allowed} at "
+        f"N={worst.batch_size} {drop.where} (simultaneous bound; estimate {_points(drop.diff)})",
     )
 
 
-def _points(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:+.1f} pts"
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _counts_by_size(counts: Iterable[PositionCount]) -> dict[int, dict[int, PositionCount]]:
-    by_size: dict[int, dict[int, PositionCount]] = {}
-    for count in counts:
-        by_size.setdefault(count.batch_size, {})[count.position] = count
-    return by_size
-
-
-def _thin_positions(
-    base: dict[int, PositionCount], cand: dict[int, PositionCount], *, batch_size: int
-) -> list[int]:
-    def answers(counts: dict[int, PositionCount], position: int) -> int:
-        count = counts.get(position)
-        return count.n if count else 0
-
-    return [p for p in range(1, batch_size + 1) if min(answers(base, p), answers(cand, p)) < MIN_ANSWERS]
-
-
-def _drop(base: PositionCount, cand: PositionCount, *, z: float, max_drop: float | None) -> PositionDrop:
-    """Newcombe's hybrid score interval (method 10) at `z` for candidate minus baseline."""
-    wb = wilson_interval(base.n_correct, base.n, z=z)
-    wc = wilson_interval(cand.n_correct, cand.n, z=z)
-    assert wb.estimate is not None and wb.low is not None and wb.high is not None
-    assert wc.estimate is not None and wc.low is not None and wc.high is not None
-    diff = wc.estimate - wb.estimate
-    low = diff - math.sqrt((wc.estimate - wc.low) ** 2 + (wb.high - wb.estimate) ** 2)
-    high = diff + math.sqrt((wc.high - wc.estimate) ** 2 + (wb.estimate - wb.low) ** 2)
-    return PositionDrop(
-        position=base.position,
-        accuracy_baseline=wb.estimate,
-        accuracy_candidate=wc.estimate,
-        n_baseline=base.n,
-        n_candidate=cand.n,
-        diff=diff,
-        ci_low=low,
-        ci_high=high,
-        flagged=max_drop is not None and -diff > max_drop / 100 and high < 0,
-    )
-
-
-def _ratio_change(
-    db: Database, *, baseline_job: int, candidate_job: int, batch_size: int, alpha: float, limit: float
-) -> RatioChange | None:
-    """The two ratios and how much further from 1 the candidate's is, bootstrapped over each job's trials
-    (the jobs are independent samples, so each is resampled on its own). None when a ratio is undefined."""
-    rb = _bootstrap_ratios(store.trial_matrix(db, job_ids=[baseline_job], batch_size=batch_size), seed=1)
-    rc = _bootstrap_ratios(store.trial_matrix(db, job_ids=[candidate_job], batch_size=batch_size), seed=2)
-    if not (np.isfinite(rb[0]) and np.isfinite(rc[0])):
-        return None
-    with np.errstate(invalid="ignore"):
-        worse = np.abs(rc - 1) - np.abs(rb - 1)
-    interval = _percentiles(worse, alpha=alpha)
-    return RatioChange(
-        baseline=_percentiles(rb, alpha=alpha),
-        candidate=_percentiles(rc, alpha=alpha),
-        worsening=interval,
-        flagged=bool(worse[0] > limit and interval.low is not None and interval.low > 0),
-    )
-
-
-def _bootstrap_ratios(matrix: CorrectnessMatrix, *, seed: int) -> npt.NDArray[np.float64]:
-    """Last/first accuracy ratio of the data (element 0) and of `RATIO_RESAMPLES` cluster resamples of
-    its trials (as in `analysis.bootstrap_curve_stats`)."""
-    values = np.nan_to_num(matrix.correct, nan=0.0)
-    answered = (~np.isnan(matrix.correct)).astype(np.float64)
-    trials = values.shape[0]
-    if trials == 0:
-        return np.full(RATIO_RESAMPLES + 1, np.nan)
-    rng = np.random.default_rng(seed)
-    weights = np.vstack(
-        [np.ones(trials), rng.multinomial(trials, np.full(trials, 1.0 / trials), size=RATIO_RESAMPLES)]
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = (weights @ values) / (weights @ answered)
-        ratios: npt.NDArray[np.float64] = accuracy[:, -1] / accuracy[:, 0]
-    return ratios
-
-
-def _percentiles(samples: npt.NDArray[np.float64], *, alpha: float) -> Interval:
-    """Estimate (element 0) and the percentile interval of the rest; an infinite bound is None."""
-
-    def finite(value: float) -> float | None:
-        return float(value) if np.isfinite(value) else None
-
-    rest = np.sort(samples[1:][~np.isnan(samples[1:])])
-    if rest.size == 0:
-        return Interval(estimate=finite(samples[0]), low=None, high=None)
-    last = rest.size - 1
-    return Interval(
-        estimate=finite(samples[0]),
-        low=finite(rest[math.floor(alpha / 2 * last)]),
-        high=finite(rest[math.ceil((1 - alpha / 2) * last)]),
-    )
+def _points(value: float | None, *, signed: bool = True) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:+.1f} pts" if signed else f"{100 * value:.1f} pts"

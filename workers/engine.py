@@ -49,6 +49,8 @@ class GenerationRequest:
     """Labels whose probability is wanted at each answer slot, e.g. ("1", "2", "3", "4")."""
     answer_key: tuple[int, ...] | None = None
     """Gold options (0-based, as shown) per position. Only the fake engine reads this."""
+    question_ids: tuple[str, ...] | None = None
+    """Question ids per position. Only the fake engine reads this (its questions have difficulties)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
     if spec.engine.name is EngineName.fake:
         from posbias.workers.testing import FakeEngine
 
-        return FakeEngine(spec.fake, seed=spec.seed, model=spec.model)
+        seed = spec.fake.seed if spec.fake.seed is not None else spec.seed
+        return FakeEngine(spec.fake, seed=seed, model=spec.model)
     from posbias.workers.vllm_engine import VllmEngine
 
     return VllmEngine(

@@ -105,6 +105,7 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
             regex=answer_regex(rendered.n_options) if constrained else None,
             option_labels=option_labels(max(rendered.n_options)),
             answer_key=rendered.answer_key,
+            question_ids=tuple(placed.question_id for placed in rendered.questions),
         )
         to_run.append((trial, rendered, request))
     return _Prepared(shard=shard, to_run=to_run, skipped=skipped)
@@ -162,7 +163,7 @@ def _result(
         subject=question.subject,
         gold=placed.gold,
         predicted=answer.predicted,
-        correct=answer.status in (ParseStatus.ok, ParseStatus.duplicate) and answer.predicted == placed.gold,
+        correct=answer.status is ParseStatus.ok and answer.predicted == placed.gold,
         parse_status=answer.status,
         question_token_start=placed.token_start,
         question_token_end=placed.token_end,

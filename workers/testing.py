@@ -1,8 +1,10 @@
 """A fake engine whose accuracy follows a configured curve, and a small deterministic tokenizer for it.
 
 `FakeEngine` implements the `Engine` protocol without a model: it reads the gold answers the request carries
-and answers position p of N correctly with probability `FakeSpec.accuracy(p, N)`. Unit tests run the whole
-worker path on it, and the analysis is checked by recovering the curve it was given.
+and answers position p of N correctly with probability `FakeSpec.accuracy(p, N)`, with answers correlated
+through question and prompt effects as a model's are (see `FakeSpec` and `latent_correct`). Unit tests run
+the whole worker path on it, and the analysis is checked by recovering the curve it was given
+(benchmarks/coverage.py simulates with the same decision rule, `latent_correct`, without the engine).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import time
 import zlib
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+from scipy.special import ndtri
 
 from posbias.schemas import EngineInfo, FakeSpec, ModelInfo
 from posbias.workers.engine import Encoding, Generation, GenerationRequest
@@ -156,6 +161,9 @@ class FakeEngine:
         labels = request.option_labels
         n_options = len(labels)
         n = len(request.answer_key)
+        ids = request.question_ids or tuple(f"position-{p}" for p in range(1, n + 1))
+        questions = question_latents(ids)
+        prompt = prompt_latent(ids)
         lines: list[str] = []
         answered: list[tuple[int, int, int, float]] = []  # (line, option, gold, accuracy) of answer lines
         for position, gold in enumerate(request.answer_key, start=1):
@@ -167,7 +175,15 @@ class FakeEngine:
                     lines.append(f"{position}. {GARBAGE}")
                 continue
             option = gold
-            if correct >= accuracy:
+            right = latent_correct(
+                accuracy,
+                question=questions[position - 1],
+                prompt=prompt,
+                noise=float(ndtri(correct)),
+                question_effect=self._spec.question_effect,
+                prompt_effect=self._spec.prompt_effect,
+            )
+            if not right:
                 others = [i for i in range(n_options) if i != gold]
                 option = others[int(wrong * len(others))]
             answered.append((len(lines), option, gold, accuracy))
@@ -196,6 +212,44 @@ class FakeEngine:
         return Generation(
             text=text, token_ids=list(encoding.ids), token_offsets=offsets, top_logprobs=logprobs
         )
+
+
+def latent_correct(
+    accuracy: float | npt.NDArray[np.float64],
+    *,
+    question: float | npt.NDArray[np.float64],
+    prompt: float | npt.NDArray[np.float64],
+    noise: float | npt.NDArray[np.float64],
+    question_effect: float,
+    prompt_effect: float,
+) -> Any:
+    """The fake's decision rule: an answer is correct when its latent score, `sqrt(question_effect) *
+    question + sqrt(prompt_effect) * prompt + sqrt(rest) * noise` (standard normal parts, so the score is
+    standard normal), falls below the normal quantile of `accuracy`. So `accuracy` is the exact marginal
+    probability of a correct answer, and answers sharing a question or a prompt are correlated. Works on
+    floats and on numpy arrays alike."""
+    rest = 1.0 - question_effect - prompt_effect
+    score = (
+        math.sqrt(question_effect) * question + math.sqrt(prompt_effect) * prompt + math.sqrt(rest) * noise
+    )
+    return score < ndtri(accuracy)
+
+
+def question_latents(question_ids: Sequence[str]) -> npt.NDArray[np.float64]:
+    """Each question's latent difficulty: a standard normal drawn from its id alone, so it is the same in
+    every job and for every fake seed."""
+    return np.array([_normal_of(f"question:{qid}") for qid in question_ids])
+
+
+def prompt_latent(question_ids: Sequence[str]) -> float:
+    """A prompt's latent effect: a standard normal drawn from the set of questions it shows, so the rotations
+    of one set share it."""
+    return _normal_of("prompt:" + "\x1f".join(sorted(question_ids)))
+
+
+def _normal_of(text: str) -> float:
+    digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    return float(ndtri((digest + 0.5) / 2**64))
 
 
 def _option_logprobs(labels: Sequence[str], *, chosen: int, gold: int, accuracy: float) -> dict[str, float]:

@@ -33,8 +33,16 @@ def curve(
     bin_width: Annotated[int, typer.Option(help="Token-distance bin width.")] = 256,
     output_format: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     plot: Annotated[Path | None, typer.Option(help="Also write a PNG: one line per batch size.")] = None,
+    band: Annotated[
+        bool, typer.Option("--band", help="Also show the simultaneous 95% band over all positions.")
+    ] = False,
 ) -> None:
-    """Accuracy by position with 95% intervals, parse rate, and the first-vs-last ratio.
+    """Accuracy by position: per point n, accuracy among parsed answers with its pointwise 95% interval,
+    parse rate, accuracy with failed parses counted as wrong (strict), mean p(gold); per curve the
+    last-minus-first contrast, the last/first ratio (when the first is bounded away from zero), the slope
+    (clustered, difficulty adjusted) and the p-value of "no position effect". --band adds the simultaneous
+    95% band (it holds at every position at once). Intervals treat a trial (or, under rotation, a sampled
+    set) as one cluster; pooled jobs count each distinct trial once.
 
     Example: posbias curve --model google/gemma-2-2b-it --batch-size 50 --plot curve.png
     """
@@ -54,7 +62,7 @@ def curve(
         _write_curve_csv(curves)
     else:
         for c in curves:
-            print_curve(c)
+            print_curve(c, band=band)
     if plot is not None and output_format == "table":
         out.print(f"wrote {plot}")
 
@@ -69,11 +77,15 @@ def _write_curve_csv(curves: list[Curve]) -> None:
             "batch_size",
             x,
             "n",
+            "n_parsed",
             "n_correct",
             "accuracy",
             "ci_low",
             "ci_high",
+            "band_low",
+            "band_high",
             "parse_rate",
+            "accuracy_strict",
             "mean_gold_prob",
         ]
     )
@@ -84,50 +96,72 @@ def _write_curve_csv(curves: list[Curve]) -> None:
                     c.model,
                     c.revision or "",
                     c.batch_size,
-                    p.position,
+                    p.position if c.by == "position" else num(p.x),
                     p.n,
+                    p.n_parsed,
                     p.n_correct,
                     num(p.accuracy),
                     num(p.ci_low),
                     num(p.ci_high),
+                    num(p.band_low),
+                    num(p.band_high),
                     num(p.parse_rate),
+                    num(p.accuracy_strict),
                     num(p.mean_gold_prob),
                 ]
             )
 
 
-def print_curve(c: Curve) -> None:
-    """A curve as a table, with its ratio and slope below it."""
-    axis = "position" if c.by == "position" else "tokens"
+def print_curve(c: Curve, *, band: bool = False) -> None:
+    """A curve as a table, with its summaries below it."""
+    axis = "position" if c.by == "position" else "tokens (bin centre)"
     jobs = ",".join(map(str, c.job_ids))
     table = Table(
         title=f"{c.model}{'@' + c.revision if c.revision else ''} - batch size {c.batch_size} (jobs {jobs})"
     )
-    for column in (axis, "n", "accuracy", "95% CI", "parse rate", "p(gold)"):
+    columns = [axis, "n", "accuracy", "95% CI (pointwise)"]
+    if band:
+        columns.append("95% band (simultaneous)")
+    columns += ["parse rate", "strict", "p(gold)"]
+    for column in columns:
         table.add_column(column, justify="right")
     for p in c.points:
-        table.add_row(
-            str(p.position),
+        row = [
+            str(p.position) if c.by == "position" else f"{p.x:g}",
             str(p.n),
             pct(p.accuracy),
             f"{pct(p.ci_low)} to {pct(p.ci_high)}",
-            pct(p.parse_rate),
-            num(p.mean_gold_prob),
-        )
+        ]
+        if band:
+            row.append(f"{pct(p.band_low)} to {pct(p.band_high)}")
+        row += [pct(p.parse_rate), pct(p.accuracy_strict), num(p.mean_gold_prob)]
+        table.add_row(*row)
     out.print(table)
+    clusters = f"{c.clusters} {c.cluster_unit}s" if c.cluster_unit != "trial" else f"{c.clusters} trials"
+    pooled = f", {len(c.job_ids)} jobs" if len(c.job_ids) > 1 else ""
+    duplicates = f"; {c.duplicate_trials} duplicate trials counted once" if c.duplicate_trials else ""
+    out.print(
+        f"accuracy is among parsed answers; strict counts failed parses as wrong. {c.trials} trials in "
+        f"{clusters}{pooled}{duplicates}; intervals resample whole clusters."
+    )
+    if c.contrast is not None and c.contrast.estimate is not None:
+        k = c.contrast
+        out.print(f"last minus first: {pp(k.estimate)} (95% CI {pp(k.low)} to {pp(k.high)})")
     if c.first_last_ratio is not None:
         r = c.first_last_ratio
-        if r.estimate is None:
-            out.print("last/first accuracy: undefined (accuracy at position 1 is 0)")
-        else:
-            high = "unbounded" if r.high is None else num(r.high)
-            out.print(
-                f"last/first accuracy: {num(r.estimate)} (95% CI {num(r.low)} to {high}, "
-                "cluster bootstrap over trials)"
-            )
+        out.print(f"last/first: {num(r.estimate)} (95% CI {num(r.low)} to {num(r.high)})")
+    if c.ratio_note:
+        out.print(c.ratio_note)
     if c.slope is not None:
         s = c.slope
-        out.print(f"slope: {pp(s.estimate)} per position (95% CI {pp(s.low)} to {pp(s.high)})")
+        effect = c.position_effect
+        whole = f"; first to last {pp(effect.estimate)}" if effect is not None else ""
+        out.print(
+            f"slope: {pp(s.estimate)} per position (95% CI {pp(s.low)} to {pp(s.high)}; clustered, "
+            f"difficulty adjusted{whole})"
+        )
+    if c.shape_p is not None:
+        out.print(f"no position effect at all: p = {c.shape_p:.3g} (permutation test within clusters)")
 
 
 def _operand(text: str) -> int | str:
@@ -142,7 +176,10 @@ def compare(
     batch_size: Annotated[int | None, typer.Option(help="Batch size to compare (needed if several).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Difference in accuracy (B - A) at every position, with 95% intervals.
+    """Difference in accuracy (B - A, among parsed answers) at every position: pointwise 95% interval,
+    simultaneous 95% band, and `*` only where the band excludes zero. Trials of A and B that show the same
+    questions at the same positions are compared paired (with McNemar's exact test per position); the
+    output says how many matched.
 
     Example: posbias compare 3 7 --batch-size 50
     """
@@ -154,18 +191,33 @@ def compare(
 
 
 def _print_comparison(c: Comparison) -> None:
+    paired = c.method != "unpaired"
     table = Table(title=f"{c.b} minus {c.a} - batch size {c.batch_size}")
-    for column in ("position", "A", "B", "B - A", "95% CI", ""):
+    columns = ["position", "A", "B", "B - A", "95% CI (pointwise)", "95% band (simultaneous)", ""]
+    if paired:
+        columns.insert(-1, "McNemar p")
+    for column in columns:
         table.add_column(column, justify="right")
     for p in c.points:
-        clear = p.ci_low is not None and p.ci_high is not None and (p.ci_low > 0 or p.ci_high < 0)
-        table.add_row(
+        row = [
             str(p.position),
             pct(p.accuracy_a),
             pct(p.accuracy_b),
             pp(p.diff),
             f"{pp(p.ci_low)} to {pp(p.ci_high)}",
-            "*" if clear else "",
-        )
+            f"{pp(p.band_low)} to {pp(p.band_high)}",
+        ]
+        if paired:
+            row.append("" if p.mcnemar_p is None else f"{p.mcnemar_p:.3g}")
+        row.append("*" if p.different else "")
+        table.add_row(*row)
     out.print(table)
-    out.print("* the interval excludes zero")
+    how = {
+        "paired": f"paired: all {c.matched_trials} trials matched (same questions at the same positions)",
+        "partly paired": f"partly paired: {c.matched_trials} of {c.trials_a} and {c.trials_b} trials matched",
+        "unpaired": "unpaired: no trials matched",
+    }[c.method]
+    out.print(f"{how}; * the simultaneous band excludes zero (different at 95% over all positions)")
+    if c.contrast_diff is not None:
+        d = c.contrast_diff
+        out.print(f"change in last minus first: {pp(d.estimate)} (95% CI {pp(d.low)} to {pp(d.high)})")

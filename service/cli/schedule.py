@@ -27,12 +27,19 @@ NameArg = Annotated[str, typer.Argument(help="Schedule name.", show_default=Fals
 
 
 def _rule(
-    ctx: typer.Context, *, max_drop: float | None, max_ratio_drop: float | None, confidence: float
+    ctx: typer.Context,
+    *,
+    max_drop: float | None,
+    max_shift: float | None,
+    max_parse_drop: float,
+    confidence: float,
 ) -> RegressionRule:
     from pydantic import ValidationError
 
     try:
-        return RegressionRule(max_drop=max_drop, max_ratio_drop=max_ratio_drop, confidence=confidence)
+        return RegressionRule(
+            max_drop=max_drop, max_shift=max_shift, max_parse_drop=max_parse_drop, confidence=confidence
+        )
     except ValidationError as exc:
         # A usage error (exit 2): the flags must change. Name the flag, not the field.
         first = exc.errors()[0]
@@ -81,12 +88,17 @@ def add(
         float | None,
         typer.Option(help="Regression: accuracy at some position drops by more than this many points."),
     ] = None,
-    max_ratio_drop: Annotated[
+    max_shift: Annotated[
         float | None,
         typer.Option(
-            help="Regression: the last/first accuracy ratio moves further from 1 by more than this."
+            help="Regression: last-minus-first accuracy (position bias) changes by more than this many "
+            "points, either way."
         ),
     ] = None,
+    max_parse_drop: Annotated[
+        float,
+        typer.Option(help="Regression: the parse rate at some position or block drops by more than this."),
+    ] = 5.0,
     confidence: Annotated[float, typer.Option(help="Confidence of the intervals the rule uses.")] = 0.95,
     as_json: JsonOpt = False,
 ) -> None:
@@ -99,7 +111,9 @@ def add(
     """
     if (folder is None) == (hub is None):
         ctx.fail("give one checkpoint source: --folder DIR or --hub OWNER/NAME")
-    rule = _rule(ctx, max_drop=max_drop, max_ratio_drop=max_ratio_drop, confidence=confidence)
+    rule = _rule(
+        ctx, max_drop=max_drop, max_shift=max_shift, max_parse_drop=max_parse_drop, confidence=confidence
+    )
     try:
         template = schedules.load_template(spec)
         schedules.template_spec(template)
@@ -328,7 +342,8 @@ def report(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Every checkpoint in order: job, status, verdict, first/last accuracy, last/first ratio, worst drop.
+    """Every checkpoint in order: job, status, verdict, first and last accuracy, last minus first, and the
+    worst drop of its verdict (flagged *, or else the largest drop the data allow, a simultaneous bound).
 
     Example: posbias schedule report nightly --batch-size 50 --plot nightly.png
     """
@@ -352,7 +367,7 @@ def report(
     table = Table(
         title=f"schedule {name} - batch size {found.batch_size}, baseline {found.schedule.baseline_text}"
     )
-    for column in ("checkpoint", "job", "status", "verdict", "first", "last", "last/first", "worst drop"):
+    for column in ("checkpoint", "job", "status", "verdict", "first", "last", "last - first", "worst drop"):
         table.add_column(column, justify="left" if column in {"checkpoint", "status", "verdict"} else "right")
     for row in found.rows:
         c = row.checkpoint
@@ -363,7 +378,7 @@ def report(
             c.verdict.value,
             _pct(row.first_accuracy),
             _pct(row.last_accuracy),
-            _ratio(row.ratio),
+            _contrast(row.contrast),
             _drop(row.worst_drop),
         )
     out.print(table if found.rows else f"no checkpoints yet: `posbias schedule tick {name}` looks for them")
@@ -385,7 +400,7 @@ def _report_json(found: schedule_report.ScheduleReport) -> dict[str, Any]:
                 **_checkpoint_json(row.checkpoint),
                 "first_accuracy": row.first_accuracy,
                 "last_accuracy": row.last_accuracy,
-                "ratio": None if row.ratio is None else row.ratio.model_dump(mode="json"),
+                "contrast": None if row.contrast is None else row.contrast.model_dump(mode="json"),
                 "worst_drop": None if row.worst_drop is None else row.worst_drop.model_dump(mode="json"),
             }
             for row in found.rows
@@ -397,22 +412,18 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _ratio(value: Interval | None) -> str:
-    if value is None or value.estimate is None:
+def _contrast(value: Interval | None) -> str:
+    if value is None or value.estimate is None or value.low is None or value.high is None:
         return "-"
-    high = "inf" if value.high is None else f"{value.high:.2f}"
-    low = "-" if value.low is None else f"{value.low:.2f}"
-    return f"{value.estimate:.2f} ({low}-{high})"
+    return f"{100 * value.estimate:+.1f} ({100 * value.low:+.1f} to {100 * value.high:+.1f}) pts"
 
 
 def _drop(value: PositionDrop | None) -> str:
     if value is None:
         return "-"
-    flag = " *" if value.flagged else ""
-    return (
-        f"{100 * value.diff:+.1f} pts at {value.position} "
-        f"({100 * value.ci_low:+.1f} to {100 * value.ci_high:+.1f}){flag}"
-    )
+    if value.flagged:
+        return f"{100 * value.diff:+.1f} pts at {value.where} (at most {100 * value.upper:+.1f}) *"
+    return f"{100 * value.diff:+.1f} pts at {value.where} (at least {100 * value.lower:+.1f})"
 
 
 # --- JSON -----------------------------------------------------------------------------------------------

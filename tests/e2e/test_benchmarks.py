@@ -50,7 +50,7 @@ def readme_invocations(script: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("script", ["store.py", "dispatch.py", "throughput.py"])
+@pytest.mark.parametrize("script", ["store.py", "dispatch.py", "throughput.py", "coverage.py"])
 def test_every_flag_the_readme_shows_exists(script: str) -> None:
     invocations = readme_invocations(script)
     assert invocations, f"benchmarks/README.md shows no `python benchmarks/{script}` command"
@@ -103,3 +103,23 @@ def test_throughput_benchmark_prints_both_ratios(mmlu_dir: Path, tmp_path: Path)
         assert re.search(rf"{re.escape(way)}(\s+{NUMBER}){{6}}$", out, re.M), out
     assert re.search(rf"b/a \(trials/s\): {NUMBER}", out), out
     assert re.search(rf"b/c \(trials/s\): {NUMBER}; \(tokens/s\): {NUMBER}", out), out
+
+
+def test_coverage_program_prints_a_rate_per_statistic(mmlu_dir: Path, tmp_path: Path) -> None:
+    out = run_benchmark(
+        "coverage.py",
+        "--reps",
+        "3",
+        "--only",
+        "small-n,paired-identical,verdict-identical",
+        mmlu_dir=mmlu_dir,
+        tmp_path=tmp_path,
+    )
+    for setting, statistic in (
+        ("small-n", "band"),
+        ("paired-identical", "paired: identical called different"),
+        ("verdict-identical", "verdict: identical flagged"),
+    ):
+        assert re.search(rf"^{setting}\s+{re.escape(statistic)}\s+{NUMBER}\s+{NUMBER}-{NUMBER}", out, re.M), (
+            out
+        )

@@ -47,11 +47,21 @@ def test_submit_worker_status_curve_export_compare(posbias: Posbias, tmp_path: P
     assert [c["batch_size"] for c in curves] == [1, 5]
     five = curves[1]
     assert [p["position"] for p in five["points"]] == [1, 2, 3, 4, 5]
-    assert all(p["n"] == 40 for p in five["points"])  # both jobs of the model, 20 trials each
-    assert five["first_last_ratio"]["estimate"] is not None and five["slope"]["low"] is not None
+    # Both jobs of the model have the same spec and seed, so the same 20 trials: pooled, they count once.
+    assert all(p["n"] == 20 for p in five["points"])
+    assert (five["trials"], five["duplicate_trials"], five["job_ids"]) == (
+        20,
+        20,
+        [first["job_id"], again["job_id"]],
+    )
+    assert five["contrast"]["estimate"] is not None and five["slope"]["low"] is not None
+    assert five["shape_p"] is not None
+    assert all(p["band_low"] <= p["ci_low"] <= p["ci_high"] <= p["band_high"] for p in five["points"])
 
     table = posbias("curve", "--model", "fake", "--batch-size", "5", "--plot", "curve.png").stdout
-    assert "batch size 5" in table and "last/first accuracy" in table
+    assert "batch size 5" in table and "last minus first" in table and "no position effect" in table
+    banded = posbias("curve", "--model", "fake", "--batch-size", "5", "--band").stdout
+    assert "95% band (simultaneous)" in banded
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     rows = list(
@@ -92,7 +102,14 @@ def test_submit_worker_status_curve_export_compare(posbias: Posbias, tmp_path: P
     comparison = posbias("compare", str(first["job_id"]), str(worse["job_id"]), "--json").json()
     assert comparison["batch_size"] == 5 and len(comparison["points"]) == 5
     assert comparison["points"][-1]["diff"] < 0  # 0.8 at the last position against 0.2
+    assert comparison["method"] == "paired" and comparison["matched_trials"] == 20  # same seed, same trials
     assert "minus" in posbias("compare", "fake", "fake-worse", "--batch-size", "5").stdout
+    itself = posbias(
+        "compare", str(first["job_id"]), str(first["job_id"]), "--batch-size", "5", "--json"
+    ).json()
+    assert all(
+        (p["diff"], p["ci_low"], p["ci_high"], p["different"]) == (0, 0, 0, False) for p in itself["points"]
+    )
 
     models = posbias("models", "--json").json()
     assert {m["name"] for m in models} == {"fake", "fake-worse"}
@@ -103,7 +120,7 @@ def test_run_is_the_one_shot_with_a_progress_bar_and_a_curve(posbias: Posbias, t
     posbias("db", "upgrade")
     done = posbias("run", *FAKE, "--batch-sizes", "10", "--iterations", "30", "--plot", "run.png")
     assert "30/30" in done.stderr  # the progress bar's last state
-    assert "batch size 10" in done.stdout and "last/first accuracy" in done.stdout
+    assert "batch size 10" in done.stdout and "last minus first" in done.stdout
     assert (tmp_path / "run.png").is_file()
     data = posbias("run", *FAKE, "--batch-sizes", "3", "--iterations", "5", "--json").json()
     assert data["status"] == "done" and data["curves"][0]["batch_size"] == 3

@@ -63,7 +63,7 @@ def test_a_schedule_from_add_to_remove(posbias: Posbias, tmp_path: Path, webhook
         "--json",
     ).json()
     assert added["source"] == {"folder": str(run)} and added["baseline"] == "first"
-    assert added["rule"] == {"max_drop": 5.0, "max_ratio_drop": None, "confidence": 0.95}
+    assert added["rule"] == {"max_drop": 5.0, "max_shift": None, "max_parse_drop": 5.0, "confidence": 0.95}
     assert [s["name"] for s in posbias("schedule", "list", "--json").json()] == ["nightly"]
 
     ticked = posbias("schedule", "tick", "--json", POSBIAS_WEBHOOK_URL=url).json()["schedules"][0]
@@ -101,10 +101,10 @@ def test_a_schedule_from_add_to_remove(posbias: Posbias, tmp_path: Path, webhook
     )
     assert rows["checkpoint-2000"]["first_accuracy"] < rows["checkpoint-1000"]["first_accuracy"]
     assert (
-        rows["checkpoint-2000"]["worst_drop"]["position"] == 1
+        rows["checkpoint-2000"]["worst_drop"]["first_position"] == 1
         and rows["checkpoint-2000"]["worst_drop"]["flagged"]
     )
-    assert rows["checkpoint-1000"]["ratio"]["estimate"] > 1
+    assert rows["checkpoint-1000"]["contrast"]["estimate"] > 0
     posbias("schedule", "report", "nightly", "--plot", "nightly.png")
     assert (tmp_path / "nightly.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -154,14 +154,14 @@ BAD = [
     (("schedule", "pause", "nosuch"), 1, "no schedule 'nosuch'"),
     (ADD, 2, "give a regression rule"),
     ((*ADD, "--max-drop", "-1"), 2, "--max-drop: Input should be greater than 0"),
-    ((*ADD, "--max-ratio-drop", "0.2", "--confidence", "1.5"), 2, "--confidence: Input should be less"),
+    ((*ADD, "--max-shift", "10", "--confidence", "1.5"), 2, "--confidence: Input should be less"),
     ((*ADD[:4], "nope", *ADD[5:], "--max-drop", "5"), 1, "does not exist"),
     ((*ADD, "--hub", "org/model", "--max-drop", "5"), 2, "one checkpoint source"),
     ((*ADD[:6], '{"engine": ', "--max-drop", "5"), 2, "not valid JSON"),
     ((*ADD[:6], '{"iteration": 5}', "--max-drop", "5"), 2, "iteration: unknown field"),
     ((*ADD[:6], "missing.yaml", "--max-drop", "5"), 2, "cannot read spec template"),
     ((*ADD[:6], '{"dataset": {"subjects": ["astrology"]}}', "--max-drop", "5"), 1, "unknown subject"),
-    ((*ADD[:6], '{"batch_sizes": [1]}', "--max-ratio-drop", "0.2"), 1, "needs a batch size above 1"),
+    ((*ADD[:6], '{"batch_sizes": [1]}', "--max-shift", "10"), 1, "needs a batch size above 1"),
     ((*ADD, "--max-drop", "5", "--baseline", "latest"), 2, "first`, `previous` or a job id"),
     ((*ADD, "--max-drop", "5", "--baseline", "999"), 1, "no job 999"),
     (("schedule", "add", "nightly", *ADD[3:], "--max-drop", "5"), 1, "already a schedule named nightly"),

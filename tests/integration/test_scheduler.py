@@ -39,7 +39,7 @@ from posbias.workers.testing import FakeEngine
 BASE = {"first": 0.3, "last": 0.8}
 TEMPLATE: dict[str, Any] = {"engine": {"name": "fake"}, "fake": BASE, "batch_sizes": [10], "iterations": 300}
 SMALL = {"engine": {"name": "fake"}, "fake": BASE, "batch_sizes": [2], "iterations": 30}
-RULE = RegressionRule(max_drop=5, max_ratio_drop=0.5)
+RULE = RegressionRule(max_drop=5, max_shift=10)
 
 
 @pytest.fixture
@@ -120,16 +120,15 @@ def test_checkpoints_are_picked_up_once_complete_run_and_judged_by_the_rule(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     """Why the numbers make the verdicts more than luck: 300 trials at N = 10 give n = 300 answers per
-    position, and the 10 positions are judged with Bonferroni-simultaneous 95% intervals (z = 2.81).
+    position; the drop check looks at the 10 positions and 8 blocks of them with one-sided bounds
+    simultaneous at 1 - 0.05/3 (three checks: drop, shift, parse), a critical value of about 3.
 
-    - `checkpoint-300` answers position 1 right 10% of the time instead of 30%: a 20-point drop with a
-      standard error of 3.2 points. It is flagged unless its interval's upper bound (about diff + 8.9
-      points) reaches zero, i.e. unless the observed drop is under 8.9 points, 3.5 standard errors short
-      of its mean: probability about 2e-4. Its last/first ratio is 8 against the baseline's 2.7, far
-      beyond the 0.5 limit.
-    - `checkpoint-200` behaves exactly like the baseline with another seed (other questions, other
-      draws): a position is flagged only when its drop exceeds 2.81 standard errors, at most 0.25% per
-      position and 2.5% over all ten; the ratio check fires with at most 2.5%. Both engines are
+    - `checkpoint-300` (same seed: matched trials, compared paired) answers position 1 right 10% of the time
+      instead of 30%: a 20-point drop with a standard error under 3.7 points, so it is flagged unless the
+      observed drop falls short of its mean by more than 2.4 standard errors (probability under 1%). Its
+      last-minus-first contrast grows from 50 to 70 points, beyond the 10-point shift limit.
+    - `checkpoint-200` behaves exactly like the baseline with another seed (other questions, other draws,
+      compared unpaired): it is flagged with probability at most 5% in all. Both engines are
       deterministic, so the outcome for these seeds is fixed, not flaky.
     """
     folder = tmp_path / "run"
@@ -179,14 +178,18 @@ def test_checkpoints_are_picked_up_once_complete_run_and_judged_by_the_rule(
     assert worse is not None and worse.baseline_checkpoint == "checkpoint-100"
     assert worse.baseline_job_id == checkpoints["checkpoint-100"].job_id
     (n10,) = worse.batch_sizes
-    assert n10.drop_flagged and n10.worst_drop is not None and n10.worst_drop.position == 1
-    assert n10.worst_drop.diff < -0.05 and n10.worst_drop.ci_high < 0
-    assert n10.ratio is not None and n10.ratio.flagged and n10.ratio.worsening.low is not None
+    assert (n10.method, n10.matched_trials) == ("paired", 300)
+    assert n10.drop_flagged and n10.worst_drop is not None and n10.worst_drop.where == "position 1"
+    assert n10.worst_drop.diff < -0.05 and n10.worst_drop.upper < 0
+    assert n10.shift is not None and n10.shift.flagged and n10.shift.change.low is not None
+    assert n10.shift.change.low > 0
     assert "position 1" in worse.reason
     same = checkpoints["checkpoint-200"].detail
-    assert same is not None and same.comparisons == 10
+    assert same is not None and same.comparisons == 3
     (n10,) = same.batch_sizes
-    assert not n10.drop_flagged and n10.ratio is not None and not n10.ratio.flagged
+    assert n10.method == "unpaired"
+    assert not n10.drop_flagged and n10.shift is not None and not n10.shift.flagged and not n10.parse_flagged
+    assert "the data allow a drop of at most" in same.reason
     assert [r.checkpoint for r in judged.regressions] == ["checkpoint-300"]
 
     # Verdicts are final: later ticks change nothing and report the same standing regression.
@@ -203,9 +206,8 @@ def test_checkpoints_are_picked_up_once_complete_run_and_judged_by_the_rule(
     assert report.batch_size == 10 and all(row.curve is not None for row in report.rows)
     worse_row = report.rows[2]
     assert worse_row.first_accuracy is not None and worse_row.first_accuracy < 0.2
-    assert (
-        worse_row.ratio is not None and worse_row.ratio.estimate is not None and worse_row.ratio.estimate > 4
-    )
+    assert worse_row.contrast is not None and worse_row.contrast.estimate is not None
+    assert worse_row.contrast.estimate > 0.6
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -362,7 +364,7 @@ def test_a_fixed_baseline_job_and_too_few_answers(db: Database, settings: Settin
     thin = by_name(db, "thin")
     assert thin["a-1"].verdict is Verdict.baseline
     assert thin["a-2"].verdict is Verdict.inconclusive
-    assert f"fewer than {MIN_ANSWERS} answers" in thin["a-2"].reason
+    assert f"fewer than {MIN_ANSWERS} parsed answers" in thin["a-2"].reason
 
 
 def test_verdicts_are_posted_once_and_a_failing_webhook_is_retried_but_never_fatal(

@@ -14,8 +14,9 @@ import sqlalchemy as sa
 
 from posbias.schemas import NotFoundError, ShardResult, Submitted
 from posbias.service import jobs, queue, store
-from posbias.service.analysis import PositionCount, wilson_interval
+from posbias.service.analysis import wilson_interval
 from posbias.service.database import Database, normalise_url
+from posbias.service.store import PositionCount
 from posbias.service.tables import JobStatus, ShardStatus
 
 MakeJob = Callable[..., Submitted]
@@ -209,33 +210,51 @@ def test_the_position_curve_view_answers_plain_sql(
 
     rows = _raw_rows(
         database_url,
-        "SELECT position, n, n_correct, accuracy, ci_low, ci_high, parse_rate, mean_gold_prob, job_id, "
-        "revision FROM position_curve WHERE model = %s AND batch_size = 4 ORDER BY position",
+        "SELECT position, n, n_parsed, n_correct, accuracy, ci_low, ci_high, parse_rate, accuracy_strict, "
+        "mean_gold_prob, job_id, revision FROM position_curve WHERE model = %s AND batch_size = 4 "
+        "ORDER BY position",
         ("fake/model",),
     )
 
-    assert [row[:3] for row in rows] == [(1, 4, 0), (2, 4, 3), (3, 4, 3), (4, 4, 4)]
-    for position, n, k, accuracy, low, high, parse_rate, gold_prob, job, revision in rows:
-        interval = wilson_interval(k, n)
+    assert [row[:4] for row in rows] == [(1, 4, 4, 0), (2, 4, 4, 3), (3, 4, 3, 3), (4, 4, 4, 4)]
+    for position, n, m, k, accuracy, low, high, parse_rate, strict, gold_prob, job, revision in rows:
+        # Accuracy is among parsed answers, with its Wilson interval over them; strict counts the one
+        # failed parse (trial 0, position 3) as wrong.
+        interval = wilson_interval(k, m)
         assert accuracy == pytest.approx(interval.estimate)
         assert low == pytest.approx(interval.low, abs=1e-12)
         assert high == pytest.approx(interval.high, abs=1e-12)
         assert 0.0 <= low <= accuracy <= high <= 1.0
         assert parse_rate == pytest.approx(0.75 if position == 3 else 1.0)
+        assert strict == pytest.approx(k / n)
         assert gold_prob == pytest.approx((0.9 * k + 0.1 * (n - k)) / n)
         assert (job, revision) == (job_id, None)
 
 
-def test_trial_matrix_has_one_row_per_answered_trial(db: Database, make_job: MakeJob, answer: Answer) -> None:
+def test_trial_data_has_one_row_per_answered_trial(db: Database, make_job: MakeJob, answer: Answer) -> None:
     a = make_job(db, iterations=3, batch_sizes=(2,)).job_id
     _run_job(db, answer, a, skip=lambda trial: trial == 1)
     b = make_job(db, iterations=2, batch_sizes=(2,), seed=4).job_id
     _run_job(db, answer, b, correct=lambda trial, position: trial == 0)
 
-    matrix = store.trial_matrix(db, job_ids=[a, b], batch_size=2)
+    data = store.trial_data(db, job_ids=[a, b], batch_size=2)
 
-    assert matrix.batch_size == 2
-    assert matrix.correct.tolist() == [[0.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    assert (data.batch_size, data.jobs, data.duplicates, data.cluster_unit) == (2, (a, b), 0, "trial")
+    assert data.correct.tolist() == [[0.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    assert data.chance == pytest.approx(0.25)
+
+
+def test_pooled_jobs_that_share_their_trials_count_them_once(
+    db: Database, make_job: MakeJob, answer: Answer
+) -> None:
+    first = make_job(db, iterations=3, batch_sizes=(2,)).job_id
+    _run_job(db, answer, first)
+    again = make_job(db, iterations=3, batch_sizes=(2,), priority=1).job_id  # same seed: the same trials
+    _run_job(db, answer, again)
+
+    data = store.trial_data(db, job_ids=[first, again], batch_size=2)
+    assert (data.trials, data.duplicates) == (3, 3)
+    assert store.trial_data(db, job_ids=[again], batch_size=2).trials == 3
 
 
 def test_token_distance_rows(db: Database, make_job: MakeJob, answer: Answer) -> None:
@@ -248,6 +267,7 @@ def test_token_distance_rows(db: Database, make_job: MakeJob, answer: Answer) ->
         (7, True, True, pytest.approx(0.9)),
         (102, False, True, pytest.approx(0.1)),
     ]
+    assert len({r.trial_id for r in rows}) == 1
     assert len(store.token_distance_rows(db, job_ids=[job_id])) == 5
 
 

@@ -1,23 +1,29 @@
-"""Curve statistics: Wilson intervals, curve points, the cluster bootstrap, token distance, comparisons."""
+"""Curve statistics: intervals, clusters, pooling, the band, summaries, comparisons and verdicts, on data
+whose truth is known."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from posbias.schemas import Curve, Interval, ParseStatus, PosbiasError, QuestionResult
+from posbias.schemas import Curve, FakeSpec, Interval, PosbiasError
+from posbias.schemas.schedule import RegressionRule
+from posbias.service import comparison, verdicts
 from posbias.service.analysis import (
-    CorrectnessMatrix,
     DistanceRow,
-    PositionCount,
-    bootstrap_curve_stats,
+    ResultRow,
+    TrialData,
+    TrialRow,
     build_curve,
-    compare_curves,
-    count_positions,
-    curve_points,
-    token_distance_points,
+    clustered_interval,
+    distance_curve,
+    points,
+    position_regression,
+    shape_test,
+    single,
     wilson_interval,
 )
+from posbias.workers.testing import latent_correct
 
 
 @pytest.mark.parametrize(
@@ -36,201 +42,309 @@ def test_wilson_interval_matches_published_values(k: int, n: int, low: float, hi
     assert interval.estimate == pytest.approx(k / n)
     assert interval.low == pytest.approx(low, abs=1e-4)
     assert interval.high == pytest.approx(high, abs=1e-4)
-
-
-def test_wilson_interval_without_data() -> None:
     assert wilson_interval(0, 0) == Interval(estimate=None, low=None, high=None)
 
 
-def test_curve_points_from_counts() -> None:
-    counts = [
-        PositionCount(
-            batch_size=2, position=2, n=10, n_correct=4, n_parsed=9, gold_prob_sum=3.0, n_gold_prob=6
-        ),
-        PositionCount(batch_size=2, position=1, n=10, n_correct=3, n_parsed=10),
-        PositionCount(batch_size=2, position=3, n=0, n_correct=0, n_parsed=0),
-    ]
-    first, second, empty = curve_points(counts)
-    assert (first.position, first.accuracy, first.parse_rate, first.mean_gold_prob) == (1, 0.3, 1.0, None)
-    assert (second.position, second.accuracy, second.parse_rate) == (2, 0.4, 0.9)
-    assert second.mean_gold_prob == pytest.approx(0.5)
-    assert (second.ci_low, second.ci_high) == (wilson_interval(4, 10).low, wilson_interval(4, 10).high)
-    assert (empty.accuracy, empty.ci_low, empty.ci_high, empty.parse_rate) == (None, None, None, None)
+def test_one_answer_per_cluster_is_wilsons_interval_and_correlated_clusters_widen_it() -> None:
+    single_answers = clustered_interval(np.array([1.0] * 30 + [0.0] * 70), np.ones(100))
+    assert (single_answers.low, single_answers.high) == (
+        wilson_interval(30, 100).low,
+        wilson_interval(30, 100).high,
+    )
+    # Ten clusters of ten answers each, all alike within a cluster: ten independent answers' worth.
+    k = np.array([10.0] * 3 + [0.0] * 7)
+    clustered = clustered_interval(k, np.full(10, 10.0))
+    assert clustered.estimate == pytest.approx(0.3)
+    assert clustered.high - clustered.low > 2.5 * (single_answers.high - single_answers.low)
 
 
-def _result(
-    trial: int, position: int, correct: bool, status: ParseStatus = ParseStatus.ok, prob: float | None = None
-) -> QuestionResult:
-    return QuestionResult(
-        trial_index=trial,
-        position=position,
-        question_id=f"q/{trial}-{position}",
-        subject="q",
-        gold=0,
-        predicted=0 if correct else (None if status is not ParseStatus.ok else 1),
-        correct=correct,
-        parse_status=status,
-        gold_prob=prob,
+def _data(
+    rng: np.random.Generator, truth: np.ndarray, *, trials: int, question_effect: float = 0.0
+) -> TrialData:
+    n = len(truth)
+    questions = np.array([rng.choice(500, n, replace=False) for _ in range(trials)])
+    correct = latent_correct(
+        np.broadcast_to(truth, (trials, n)),
+        question=rng.standard_normal(500)[questions],
+        prompt=0.0,
+        noise=rng.standard_normal((trials, n)),
+        question_effect=question_effect,
+        prompt_effect=0.0,
+    )
+    return TrialData.from_arrays(
+        correct.astype(float), questions=questions, keys=[tuple(map(str, q)) for q in questions]
     )
 
 
-def test_count_positions_and_matrix_from_results() -> None:
-    results = [
-        _result(0, 1, True, prob=0.9),
-        _result(0, 2, False, ParseStatus.missing),
-        _result(1, 1, False, prob=0.2),
-        _result(1, 2, True),
-        _result(2, 1, True),
+def test_failed_parses_are_kept_apart_from_accuracy() -> None:
+    # A sheet cut after position 3 of 5: the last positions have no parsed answers. Accuracy among parsed
+    # answers stays what it was; the strict accuracy (the seed's scoring) falls to zero there.
+    correct = np.tile([1.0, 0.0, 1.0, 1.0, 0.0], (20, 1))
+    parsed = np.tile([1.0, 1.0, 1.0, 0.0, 0.0], (20, 1))
+    found = points(TrialData.from_arrays(correct, parsed=parsed))
+    assert [p.n for p in found] == [20] * 5
+    assert [p.n_parsed for p in found] == [20, 20, 20, 0, 0]
+    assert [p.accuracy for p in found] == [1.0, 0.0, 1.0, None, None]
+    assert [p.accuracy_strict for p in found] == [1.0, 0.0, 1.0, 0.0, 0.0]
+    assert [p.parse_rate for p in found] == [1.0, 1.0, 1.0, 0.0, 0.0]
+    # A correct answer that did not parse is not correct.
+    assert found[3].n_correct == 0
+
+
+def test_pooled_jobs_count_a_trial_they_share_once() -> None:
+    def trial(trial_id: int, job: int, questions: tuple[str, ...]) -> TrialRow:
+        return TrialRow(trial_id, job, 0, questions, None, False, (4, 4))
+
+    trials = [
+        trial(1, 1, ("a", "b")),
+        trial(2, 1, ("c", "d")),
+        trial(3, 2, ("a", "b")),
+        trial(4, 2, ("e", "f")),
     ]
-    counts = count_positions(results, batch_size=2)
-    assert counts == [
-        PositionCount(2, 1, n=3, n_correct=2, n_parsed=3, gold_prob_sum=pytest.approx(1.1), n_gold_prob=2),
-        PositionCount(2, 2, n=2, n_correct=1, n_parsed=1),
+    results = [ResultRow(t, p, True, p == 1) for t in (1, 2, 3, 4) for p in (1, 2)]
+    data = TrialData.from_rows(trials, results, batch_size=2)
+    assert (data.trials, data.duplicates, data.jobs) == (3, 1, (1, 2))
+    assert data.chance == pytest.approx(0.25)
+    curve = build_curve(data, model="m", resamples=50)
+    assert (curve.trials, curve.duplicate_trials) == (3, 1)
+    assert [p.n for p in curve.points] == [3, 3]
+
+
+def test_rotation_clusters_are_sampled_sets() -> None:
+    trials = [
+        TrialRow(10 * s + r, 1, s, (f"q{s}{r}", f"q{s}{1 - r}"), None, True)
+        for s in range(4)
+        for r in range(2)
     ]
-    matrix = CorrectnessMatrix.from_results(results, batch_size=2)
-    np.testing.assert_array_equal(matrix.correct, [[1.0, 0.0], [0.0, 1.0], [1.0, np.nan]])
+    results = [ResultRow(t.trial_id, p, True, True) for t in trials for p in (1, 2)]
+    data = TrialData.from_rows(trials, results, batch_size=2)
+    assert (data.trials, data.clusters, data.cluster_unit) == (8, 4, "sampled set")
 
 
-def test_bootstrap_estimates_are_those_of_the_data() -> None:
-    rng = np.random.default_rng(5)
-    truth = np.linspace(0.2, 0.8, 10)
-    correct = (rng.random((300, 10)) < truth).astype(float)
-    stats = bootstrap_curve_stats(CorrectnessMatrix(batch_size=10, correct=correct), resamples=500, seed=1)
-
-    means = correct.mean(axis=0)
-    assert stats.slope.estimate == pytest.approx(np.polyfit(np.arange(1, 11), means, 1)[0])
-    assert stats.first_last_ratio.estimate == pytest.approx(means[-1] / means[0])
-    for interval in (stats.slope, stats.first_last_ratio):
-        assert interval.low is not None and interval.high is not None and interval.estimate is not None
-        assert interval.low < interval.estimate < interval.high
-    assert stats.slope.low < (0.6 / 9) < stats.slope.high  # type: ignore[operator]
-    assert stats.first_last_ratio.low < 4.0 < stats.first_last_ratio.high  # type: ignore[operator]
-
-
-def test_bootstrap_resamples_whole_trials() -> None:
-    # Every trial is all right or all wrong, so any resample of whole trials has a flat curve: slope exactly
-    # 0 and ratio exactly 1. Resampling answers one by one would scatter both.
+def test_the_bootstrap_resamples_whole_clusters() -> None:
+    # Every trial is all right or all wrong, so every resample of whole trials has a flat curve.
     rng = np.random.default_rng(0)
     correct = np.repeat(rng.random((80, 1)) < 0.5, 20, axis=1).astype(float)
-    stats = bootstrap_curve_stats(CorrectnessMatrix(batch_size=20, correct=correct), resamples=300)
-    assert stats.slope.low == pytest.approx(0.0, abs=1e-12)
-    assert stats.slope.high == pytest.approx(0.0, abs=1e-12)
-    assert (stats.first_last_ratio.low, stats.first_last_ratio.high) == (
-        pytest.approx(1.0),
-        pytest.approx(1.0),
+    accuracy = single(TrialData.from_arrays(correct), resamples=300).accuracy()
+    assert np.allclose(accuracy[:, 0], accuracy[:, -1])
+    assert accuracy[1:, 0].std() > 0
+
+
+def test_the_band_holds_the_pointwise_intervals_and_the_summaries_their_estimates() -> None:
+    rng = np.random.default_rng(4)
+    truth = np.linspace(0.2, 0.8, 20)
+    curve = build_curve(_data(rng, truth, trials=200), model="m", resamples=400)
+    for p in curve.points:
+        assert (
+            p.band_low is not None
+            and p.band_high is not None
+            and p.ci_low is not None
+            and p.ci_high is not None
+        )
+        assert p.band_low <= p.ci_low <= p.accuracy <= p.ci_high <= p.band_high  # type: ignore[operator]
+    means = np.array([p.accuracy for p in curve.points], dtype=float)
+    assert curve.contrast is not None and curve.contrast.estimate == pytest.approx(means[-1] - means[0])
+    assert curve.first_last_ratio is not None
+    assert curve.first_last_ratio.estimate == pytest.approx(means[-1] / means[0])
+    slope = curve.slope
+    assert (
+        slope is not None and slope.low is not None and slope.high is not None and slope.estimate is not None
     )
+    assert abs(slope.estimate - 0.6 / 19) < slope.high - slope.low  # within two standard errors
+    assert curve.shape_p is not None and curve.shape_p < 0.01
+    assert Curve.model_validate_json(curve.model_dump_json()) == curve
 
 
-def test_bootstrap_is_reproducible_and_seeded() -> None:
-    correct = (np.random.default_rng(3).random((50, 8)) < 0.5).astype(float)
-    matrix = CorrectnessMatrix(batch_size=8, correct=correct)
-    assert bootstrap_curve_stats(matrix, seed=4) == bootstrap_curve_stats(matrix, seed=4)
-    assert bootstrap_curve_stats(matrix, seed=4) != bootstrap_curve_stats(matrix, seed=5)
-
-
-def test_ratio_with_zero_first_accuracy() -> None:
+def test_the_ratio_is_withheld_when_the_first_accuracy_is_near_zero() -> None:
     correct = np.zeros((40, 5))
     correct[::2, -1] = 1.0
-    stats = bootstrap_curve_stats(CorrectnessMatrix(batch_size=5, correct=correct), resamples=200)
-    assert stats.first_last_ratio.estimate is None  # last / 0 has no finite value
-    assert stats.first_last_ratio.high is None
-    assert stats.slope.estimate == pytest.approx(np.polyfit(np.arange(1, 6), correct.mean(axis=0), 1)[0])
+    correct[0, 0] = 1.0
+    curve = build_curve(TrialData.from_arrays(correct), model="m", resamples=100)
+    assert curve.first_last_ratio is None
+    assert curve.ratio_note is not None and "not bounded away from zero" in curve.ratio_note
+    assert curve.contrast is not None and curve.contrast.estimate == pytest.approx(0.5 - 1 / 40)
 
 
-def test_single_position_has_no_slope_or_ratio() -> None:
-    stats = bootstrap_curve_stats(CorrectnessMatrix(batch_size=1, correct=np.ones((10, 1))))
-    assert stats.slope == Interval(estimate=None, low=None, high=None)
-    assert stats.first_last_ratio == Interval(estimate=None, low=None, high=None)
+def test_the_shape_test_sees_a_u_that_the_slope_misses() -> None:
+    rng = np.random.default_rng(7)
+    u = np.array([0.7, 0.5, 0.35, 0.3, 0.35, 0.5, 0.7])
+    data = _data(rng, u, trials=150)
+    fitted = position_regression(data)
+    assert fitted is not None
+    slope, _ = fitted
+    assert slope.low < 0 < slope.high  # type: ignore[operator]
+    p = shape_test(data)
+    assert p is not None and p < 0.01
 
 
-def test_matrix_from_rows_marks_missing_cells() -> None:
-    matrix = CorrectnessMatrix.from_rows([(7, 1, True), (7, 3, False), (9, 2, True)], batch_size=3)
-    np.testing.assert_array_equal(matrix.correct, [[1.0, np.nan, 0.0], [np.nan, 1.0, np.nan]])
-    stats = bootstrap_curve_stats(matrix, resamples=50)
-    assert stats.slope.estimate == pytest.approx(-0.5)
-    with pytest.raises(ValueError, match="trials x 3"):
-        CorrectnessMatrix(batch_size=3, correct=np.ones((2, 4)))
-
-
-def test_build_curve() -> None:
-    results = [_result(t, p, (t + p) % 3 == 0) for t in range(30) for p in (1, 2, 3)]
-    curve = build_curve(
-        count_positions(results, batch_size=3),
-        model="m",
-        job_ids=[4],
-        batch_size=3,
-        matrix=CorrectnessMatrix.from_results(results, batch_size=3),
-        resamples=100,
+def test_the_shape_test_keeps_its_size_without_a_position_effect() -> None:
+    rng = np.random.default_rng(11)
+    rejections = sum(
+        (
+            shape_test(_data(rng, np.full(8, 0.4), trials=40, question_effect=0.3), permutations=199, seed=s)
+            or 1
+        )
+        < 0.05
+        for s in range(60)
     )
-    assert [p.position for p in curve.points] == [1, 2, 3]
-    assert [p.n for p in curve.points] == [30, 30, 30]
-    assert curve.slope is not None and curve.first_last_ratio is not None
-    assert curve.first_last_ratio.estimate == pytest.approx(1.0)
-    assert Curve.model_validate_json(curve.model_dump_json()) == curve
-    without_matrix = build_curve(count_positions(results, batch_size=3), model="m", job_ids=[4], batch_size=3)
-    assert without_matrix.slope is None
+    assert rejections <= 9  # 5% of 60 is 3; binomial 99.9% bound
 
 
-def test_token_distance_bins() -> None:
-    rows = [
-        DistanceRow(10, 0, True, True, 0.9),
-        DistanceRow(10, 99, False, True, 0.1),
-        DistanceRow(10, 100, True, True),
-        DistanceRow(10, 250, False, False),
-        DistanceRow(10, None, False, False),
-        (20, 5, True, True, None),  # a plain SQL row works too
-    ]
-    points = token_distance_points(rows, bin_width=100)  # type: ignore[arg-type]
-    assert [(p.batch_size, p.position, p.n, p.n_correct, p.n_parsed) for p in points] == [
-        (10, 0, 2, 1, 2),
-        (10, 100, 1, 1, 1),
-        (10, 200, 1, 0, 0),
-        (20, 0, 1, 1, 1),
-    ]
-    assert points[0].mean_gold_prob == pytest.approx(0.5)
-    assert points[1].mean_gold_prob is None
-    assert points[0].ci_low == wilson_interval(1, 2).low
-    assert token_distance_points([], bin_width=10) == []
-    with pytest.raises(PosbiasError, match="bin width"):
-        token_distance_points(rows, bin_width=0)  # type: ignore[arg-type]
+def test_the_regression_adjusts_for_question_difficulty() -> None:
+    # Questions recur (a pool of 500) and difficulty is most of the variance: the adjusted fit is at least
+    # as precise as the unadjusted and its interval holds the truth.
+    rng = np.random.default_rng(2)
+    truth = np.linspace(0.3, 0.6, 10)
+    data = _data(rng, truth, trials=400, question_effect=0.6)
+    fitted = position_regression(data)
+    assert fitted is not None
+    _, effect = fitted
+    assert effect.low < 0.3 < effect.high  # type: ignore[operator]
 
 
-def _curve(counts: list[tuple[int, int]], *, batch_size: int = 2, ratio: Interval | None = None) -> Curve:
-    points = curve_points(
-        [
-            PositionCount(batch_size, p, n=n, n_correct=k, n_parsed=n)
-            for p, (k, n) in enumerate(counts, start=1)
-        ]
+def test_a_curve_compared_with_itself_differs_by_exactly_zero() -> None:
+    data = _data(np.random.default_rng(1), np.linspace(0.3, 0.6, 12), trials=60)
+    found = comparison.compare(data, data, labels=("a", "a"), resamples=300)
+    assert (found.method, found.matched_trials) == ("paired", 60)
+    for p in found.points:
+        assert (p.diff, p.ci_low, p.ci_high, p.band_low, p.band_high, p.different) == (0, 0, 0, 0, 0, False)
+        assert p.mcnemar_p == 1.0
+    assert found.contrast_diff == Interval(estimate=0.0, low=0.0, high=0.0)
+
+
+def test_matched_trials_are_paired_and_the_rest_unpaired() -> None:
+    rng = np.random.default_rng(3)
+    a = _data(rng, np.full(6, 0.5), trials=40)
+    b_same = TrialData.from_arrays(
+        (rng.random(a.correct.shape) < 0.5).astype(float), questions=a.questions, keys=list(a.keys)
     )
-    return Curve(model="m", job_ids=(1,), batch_size=batch_size, points=tuple(points), first_last_ratio=ratio)
+    assert comparison.compare(a, b_same, labels=("a", "b"), resamples=100).method == "paired"
+    other = _data(rng, np.full(6, 0.5), trials=40)
+    assert comparison.compare(a, other, labels=("a", "b"), resamples=100).method == "unpaired"
+    half = TrialData.from_arrays(
+        np.vstack([b_same.correct[:20], other.correct[:20]]),
+        questions=np.vstack([a.questions[:20], other.questions[:20]]),
+        keys=[*a.keys[:20], *other.keys[:20]],
+    )
+    partly = comparison.compare(a, half, labels=("a", "b"), resamples=100)
+    assert (partly.method, partly.matched_trials) == ("partly paired", 20)
 
 
-def test_compare_uses_newcombes_hybrid_score_interval() -> None:
-    # Newcombe (1998), example (a): 56/70 vs 48/80, difference 0.2, method 10 interval 0.0524 to 0.3339.
-    ratio = Interval(estimate=1.5, low=1.1, high=2.0)
-    a = _curve([(48, 80), (10, 20)], ratio=ratio)
-    b = _curve([(56, 70), (10, 20)])
-    comparison = compare_curves(a, b, labels=("baseline", "candidate"))
+def test_pairing_shrinks_the_interval_of_a_difference() -> None:
+    # Two checkpoints answering the same questions share their difficulty: the paired interval is narrower.
+    rng = np.random.default_rng(9)
+    n, trials = 10, 150
+    questions = np.array([rng.choice(400, n, replace=False) for _ in range(trials)])
+    difficulty = rng.standard_normal(400)[questions]
 
-    first, second = comparison.points
-    assert (comparison.a, comparison.b, comparison.batch_size) == ("baseline", "candidate", 2)
-    assert first.diff == pytest.approx(0.2)
-    assert first.ci_low == pytest.approx(0.0524, abs=1e-4)
-    assert first.ci_high == pytest.approx(0.3339, abs=1e-4)
-    assert second.diff == 0.0
-    assert second.ci_low is not None and second.ci_high is not None
-    assert second.ci_low < 0 < second.ci_high
-    assert comparison.ratio_a == ratio
-    assert comparison.ratio_b is None
+    def job(accuracy: float) -> TrialData:
+        correct = latent_correct(
+            np.full((trials, n), accuracy),
+            question=difficulty,
+            prompt=0.0,
+            noise=rng.standard_normal((trials, n)),
+            question_effect=0.7,
+            prompt_effect=0.0,
+        )
+        return TrialData.from_arrays(
+            correct.astype(float), questions=questions, keys=[tuple(map(str, q)) for q in questions]
+        )
+
+    base, cand = job(0.5), job(0.4)
+    paired = comparison.compare(base, cand, labels=("a", "b"), resamples=400)
+    shuffled = TrialData.from_arrays(
+        cand.correct, questions=cand.questions, keys=[("x", str(i)) for i in range(trials)]
+    )
+    unpaired = comparison.compare(base, shuffled, labels=("a", "b"), resamples=400)
+    width = lambda c: np.mean([p.ci_high - p.ci_low for p in c.points])  # noqa: E731
+    assert width(paired) < 0.8 * width(unpaired)
 
 
-def test_compare_with_positions_on_one_side_only() -> None:
-    a = _curve([(5, 10)], batch_size=2)
-    b = _curve([(5, 10), (6, 10)], batch_size=2)
-    second = compare_curves(a, b, labels=("a", "b")).points[1]
-    assert (second.accuracy_a, second.accuracy_b, second.diff, second.ci_low) == (None, 0.6, None, None)
-
-
-def test_compare_needs_one_batch_size() -> None:
+def test_a_comparison_needs_one_batch_size() -> None:
+    a = TrialData.from_arrays(np.ones((3, 2)))
+    b = TrialData.from_arrays(np.ones((3, 5)))
     with pytest.raises(PosbiasError, match="different batch sizes"):
-        compare_curves(_curve([(1, 2)], batch_size=2), _curve([(1, 2)], batch_size=5), labels=("a", "b"))
+        comparison.compare(a, b, labels=("a", "b"))
+
+
+def test_verdict_blocks_cover_positions_and_fractions_of_the_prompt() -> None:
+    family = verdicts.blocks(50)
+    assert family[:50] == [(p, p + 1) for p in range(50)]
+    assert (0, 10) in family and (40, 50) in family and (0, 25) in family and (0, 50) in family
+    assert len(family) == len(set(family)) == 50 + 10 + 5 + 2 + 1
+    assert verdicts.blocks(1) == [(0, 1)]
+
+
+def test_a_verdict_catches_a_drop_over_a_block_that_no_position_shows() -> None:
+    rng = np.random.default_rng(5)
+    n, trials = 30, 100
+    questions = np.array([rng.choice(600, n, replace=False) for _ in range(trials)])
+    difficulty = rng.standard_normal(600)[questions]
+    truth = np.full(n, 0.5)
+    lowered = truth.copy()
+    lowered[:6] -= 0.12
+
+    def job(acc: np.ndarray) -> TrialData:
+        correct = latent_correct(
+            np.broadcast_to(acc, (trials, n)),
+            question=difficulty,
+            prompt=0.0,
+            noise=rng.standard_normal((trials, n)),
+            question_effect=0.4,
+            prompt_effect=0.0,
+        )
+        return TrialData.from_arrays(
+            correct.astype(float), questions=questions, keys=[tuple(map(str, q)) for q in questions]
+        )
+
+    rule = RegressionRule(max_drop=5)
+    judged = verdicts.judge(job(truth), job(lowered), rule=rule, alpha=0.05 / 2, resamples=500)
+    assert judged.method == "paired" and judged.drop_flagged and not judged.parse_flagged
+    assert (
+        judged.worst_drop is not None and judged.worst_drop.last_position > judged.worst_drop.first_position
+    )
+    same = verdicts.judge(job(truth), job(truth), rule=rule, alpha=0.05 / 2, resamples=500)
+    assert not same.drop_flagged
+    assert same.worst_drop is not None and same.worst_drop.lower < 0 < same.worst_drop.upper
+
+
+def test_token_distance_bins_are_clustered_by_trial_and_centred() -> None:
+    rows = [
+        DistanceRow(1, 3, 0, True, True, 0.9),
+        DistanceRow(1, 3, 99, True, False, 0.1),
+        DistanceRow(1, 3, 100, True, True),
+        DistanceRow(2, 3, 250, False, False),
+        DistanceRow(2, 3, None, False, False),
+        DistanceRow(3, 4, 5, True, True),
+    ]
+    curve = distance_curve(
+        rows, bin_width=100, clusters={}, model="m", revision=None, job_ids=[1], batch_size=3, resamples=50
+    )
+    assert [(p.position, p.x, p.n, p.n_parsed, p.n_correct) for p in curve.points] == [
+        (0, 50.0, 2, 2, 1),
+        (100, 150.0, 1, 1, 1),
+        (200, 250.0, 1, 0, 0),
+    ]
+    assert curve.points[0].mean_gold_prob == pytest.approx(0.5)
+    # Trial 1's two answers in the first bin are one cluster: the interval is wider than Wilson's on 2.
+    assert (
+        curve.points[0].ci_high - curve.points[0].ci_low
+        >= wilson_interval(1, 2).high - wilson_interval(1, 2).low
+    )  # type: ignore[operator]
+    with pytest.raises(PosbiasError, match="bin width"):
+        distance_curve(rows, bin_width=0, clusters={}, model="m", revision=None, job_ids=[1], batch_size=3)
+
+
+def test_the_fake_marginal_accuracy_is_its_curve_whatever_the_effects() -> None:
+    spec = FakeSpec(curve=(0.6, 0.2, 0.6), question_effect=0.4, prompt_effect=0.3)
+    assert [spec.accuracy(p, 5) for p in range(1, 6)] == pytest.approx([0.6, 0.4, 0.2, 0.4, 0.6])
+    rng = np.random.default_rng(0)
+    draws = latent_correct(
+        0.2,
+        question=rng.standard_normal(200_000),
+        prompt=rng.standard_normal(200_000),
+        noise=rng.standard_normal(200_000),
+        question_effect=0.4,
+        prompt_effect=0.3,
+    )
+    assert draws.mean() == pytest.approx(0.2, abs=0.005)

@@ -1,0 +1,416 @@
+"""Coverage of every 95% interval posbias prints, and the error rates and power of its tests, by simulation.
+
+Each replication simulates a job's answers with the fake engine's model of a model (`FakeSpec`: a known
+accuracy curve; answers correlated through question difficulty and a prompt effect, decided by
+`posbias.workers.testing.latent_correct`, the fake engine's own rule), then runs the analysis functions the
+CLI runs (`service/analysis.py`, `service/comparison.py`, `service/verdicts.py`) and checks them against the
+truth. The engine itself (rendering, parsing) and the store are left out so that hundreds of replications
+run in minutes; the integration tests check that the store feeds the analysis these same arrays.
+
+    python benchmarks/coverage.py                       # every setting, 500 replications each
+    python benchmarks/coverage.py --reps 100 --only pointwise-effects,verdict-power
+    python benchmarks/coverage.py --list
+
+Prints one table: per setting and statistic, the coverage (or rate) with its binomial 95% interval and the
+target. Figures and the command are in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from posbias.schemas import FakeSpec
+from posbias.schemas.schedule import RegressionRule
+from posbias.service import analysis, comparison, verdicts
+from posbias.service.analysis import DistanceRow, TrialData
+from posbias.workers.testing import latent_correct
+
+POOL = 2000
+"""Questions to sample from (MMLU has 14,042; a smaller pool makes questions recur, as in long runs)."""
+QUESTION_TOKENS = 90
+"""Tokens per rendered MMLU question block, for the simulated token distances."""
+
+Floats = npt.NDArray[np.float64]
+
+
+# --- simulated jobs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which questions each trial shows (codes into the pool), and each trial's cluster."""
+
+    questions: npt.NDArray[np.int64]
+    clusters: npt.NDArray[np.int64]
+    prompt_keys: npt.NDArray[np.int64]
+    """Per trial, which prompt latent it has (rotations of one set share one)."""
+
+
+def plan(*, n: int, iterations: int, rotation: bool, rng: np.random.Generator) -> Plan:
+    """Random design: N distinct questions per trial. Rotation: N per set, shown at every rotation."""
+    questions, clusters, keys = [], [], []
+    for iteration in range(iterations):
+        chosen = rng.choice(POOL, size=n, replace=False)
+        for r in range(n if rotation else 1):
+            questions.append(np.roll(chosen, -r))
+            clusters.append(iteration)
+            keys.append(iteration)
+    return Plan(np.array(questions), np.array(clusters), np.array(keys))
+
+
+@dataclass(frozen=True)
+class World:
+    """The latent parts two checkpoints of one model share: question difficulties, prompt effects."""
+
+    questions: Floats
+    prompts: Floats
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, *, prompts: int) -> World:
+        return cls(questions=rng.standard_normal(POOL), prompts=rng.standard_normal(prompts))
+
+
+def answers(
+    spec: FakeSpec,
+    layout: Plan,
+    world: World,
+    *,
+    rng: np.random.Generator,
+    accuracy: Floats | None = None,
+    missing_after: int | None = None,
+) -> TrialData:
+    """One job's answers: correct by the fake's rule; failed parses at `spec.malformed` (at random) and,
+    with `missing_after`, every position after it missing (a truncated answer sheet)."""
+    trials, n = layout.questions.shape
+    acc = accuracy if accuracy is not None else np.array([spec.accuracy(p, n) for p in range(1, n + 1)])
+    correct = latent_correct(
+        np.broadcast_to(acc, (trials, n)),
+        question=world.questions[layout.questions],
+        prompt=world.prompts[layout.prompt_keys][:, None],
+        noise=rng.standard_normal((trials, n)),
+        question_effect=spec.question_effect,
+        prompt_effect=spec.prompt_effect,
+    )
+    parsed = rng.random((trials, n)) >= spec.malformed
+    if missing_after is not None:
+        parsed[:, missing_after:] = False
+    return TrialData.from_arrays(
+        correct.astype(np.float64),
+        parsed=parsed.astype(np.float64),
+        cluster=layout.clusters,
+        questions=layout.questions,
+        keys=[tuple(map(str, row)) for row in layout.questions],
+    )
+
+
+# --- tallies ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Hits out of trials for one statistic of one setting."""
+
+    target: str
+    hits: float = 0.0
+    trials: int = 0
+
+    def add(self, hit: float) -> None:
+        self.hits += hit
+        self.trials += 1
+
+    def rate(self) -> float:
+        return self.hits / self.trials if self.trials else math.nan
+
+    def interval(self) -> tuple[float, float]:
+        w = analysis.wilson_interval(self.hits, self.trials)
+        return (w.low or 0.0, w.high or 0.0)
+
+
+Body = Callable[[int, np.random.Generator, dict[str, Tally]], None]
+"""One replication of a setting: simulate with the generator, add what it checked to the tallies."""
+
+
+@dataclass
+class Setting:
+    """One simulated situation and what it checks."""
+
+    name: str
+    about: str
+    run: Body
+    tallies: dict[str, Tally] = field(default_factory=dict)
+
+
+def inside(low: float | None, value: float, high: float | None) -> bool:
+    return low is not None and high is not None and low - 1e-12 <= value <= high + 1e-12
+
+
+def curve_checks(
+    spec: FakeSpec,
+    *,
+    n: int,
+    iterations: int,
+    rotation: bool = False,
+    missing_after: int | None = None,
+    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
+    permutations: int = analysis.PERMUTATIONS,
+) -> Body:
+    """A setting's body: simulate a curve and check its pointwise intervals, band, contrast, slope."""
+
+    def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
+        layout = plan(n=n, iterations=iterations, rotation=rotation, rng=rng)
+        world = World.draw(rng, prompts=iterations)
+        data = answers(spec, layout, world, rng=rng, missing_after=missing_after)
+        curve = analysis.build_curve(
+            data, model="sim", seed=rep, resamples=resamples, permutations=permutations
+        )
+        truth = np.array([spec.accuracy(p, n) for p in range(1, n + 1)])
+        pts = [p for p in curve.points if p.accuracy is not None]
+        t.setdefault("pointwise", Tally("0.93-0.97")).add(
+            float(np.mean([inside(p.ci_low, truth[p.position - 1], p.ci_high) for p in pts]))
+        )
+        t.setdefault("band", Tally("0.93-0.97")).add(
+            all(inside(p.band_low, truth[p.position - 1], p.band_high) for p in pts)
+        )
+        last = pts[-1].position
+        if curve.contrast is not None:
+            t.setdefault("contrast", Tally("0.93-0.97")).add(
+                inside(curve.contrast.low, truth[last - 1] - truth[0], curve.contrast.high)
+            )
+        if curve.slope is not None:
+            positions = np.array([p.position for p in pts], dtype=np.float64)
+            slope = float(np.polyfit(positions, truth[positions.astype(int) - 1], 1)[0])
+            t.setdefault("slope", Tally("0.93-0.97")).add(inside(curve.slope.low, slope, curve.slope.high))
+        if curve.first_last_ratio is not None:
+            t.setdefault("ratio", Tally("0.93-0.97")).add(
+                inside(curve.first_last_ratio.low, truth[last - 1] / truth[0], curve.first_last_ratio.high)
+            )
+        if curve.shape_p is not None:
+            flat = float(np.ptp(truth)) == 0.0
+            name = "shape test: false positives" if flat else "shape test: power"
+            t.setdefault(name, Tally("<= 0.05" if flat else "high")).add(curve.shape_p < 0.05)
+
+    return run
+
+
+def distance_checks(spec: FakeSpec, *, n: int, iterations: int, bin_width: int = 512) -> Body:
+    """Token-distance bins: several answers of one prompt per bin, intervals clustered by trial."""
+
+    def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
+        layout = plan(n=n, iterations=iterations, rotation=False, rng=rng)
+        data = answers(spec, layout, World.draw(rng, prompts=iterations), rng=rng)
+        distance = [(n - p) * QUESTION_TOKENS + 4 * p for p in range(1, n + 1)]
+        rows = [
+            DistanceRow(trial, n, distance[c], bool(data.parsed[trial, c]), bool(data.correct[trial, c]))
+            for trial in range(data.trials)
+            for c in range(n)
+        ]
+        curve = analysis.distance_curve(
+            rows, bin_width=bin_width, clusters={}, model="sim", revision=None, job_ids=[], batch_size=n
+        )
+        truth = np.array([spec.accuracy(p, n) for p in range(1, n + 1)])
+        bins: dict[int, list[float]] = {}
+        for c in range(n):
+            bins.setdefault(distance[c] // bin_width * bin_width, []).append(float(truth[c]))
+        t.setdefault("token distance, pointwise", Tally("0.93-0.97")).add(
+            float(
+                np.mean([inside(p.ci_low, float(np.mean(bins[p.position])), p.ci_high) for p in curve.points])
+            )
+        )
+        t.setdefault("token distance, band", Tally("0.93-0.97")).add(
+            all(inside(p.band_low, float(np.mean(bins[p.position])), p.band_high) for p in curve.points)
+        )
+
+    return run
+
+
+def paired_checks(
+    a: FakeSpec,
+    b: FakeSpec,
+    *,
+    n: int,
+    iterations: int,
+    matched: bool,
+    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
+) -> Body:
+    """Two jobs of one model (two checkpoints): the same trials (`matched`) or independent ones."""
+
+    def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
+        layout_a = plan(n=n, iterations=iterations, rotation=False, rng=rng)
+        layout_b = layout_a if matched else plan(n=n, iterations=iterations, rotation=False, rng=rng)
+        world = World.draw(rng, prompts=iterations)
+        data_a = answers(a, layout_a, world, rng=rng)
+        data_b = answers(b, layout_b, world, rng=rng)
+        found = comparison.compare(data_a, data_b, labels=("a", "b"), seed=rep, resamples=resamples)
+        truth = np.array([b.accuracy(p, n) - a.accuracy(p, n) for p in range(1, n + 1)])
+        kind = "paired" if matched else "unpaired"
+        assert found.method == kind, found.method
+        if np.ptp(truth) == 0 and truth[0] == 0:
+            t.setdefault(f"{kind}: identical called different", Tally("<= 0.05")).add(
+                any(p.different for p in found.points)
+            )
+        t.setdefault(f"{kind} difference, pointwise", Tally("0.93-0.97")).add(
+            float(np.mean([inside(p.ci_low, truth[p.position - 1], p.ci_high) for p in found.points]))
+        )
+        t.setdefault(f"{kind} difference, band", Tally("0.93-0.97")).add(
+            all(inside(p.band_low, truth[p.position - 1], p.band_high) for p in found.points)
+        )
+        if found.contrast_diff is not None:
+            t.setdefault(f"{kind} contrast difference", Tally("0.93-0.97")).add(
+                inside(found.contrast_diff.low, truth[-1] - truth[0], found.contrast_diff.high)
+            )
+
+    return run
+
+
+def verdict_checks(
+    base: FakeSpec,
+    *,
+    n: int,
+    iterations: int,
+    drop: float,
+    drop_positions: int,
+    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
+) -> Body:
+    """A schedule's checkpoint against its baseline, on the same trials: flagged how often."""
+    rule = RegressionRule(max_drop=5, max_shift=10)
+    alpha = (1 - rule.confidence) / 3  # drop, shift and parse checks at one batch size
+
+    def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
+        layout = plan(n=n, iterations=iterations, rotation=False, rng=rng)
+        world = World.draw(rng, prompts=iterations)
+        truth = np.array([base.accuracy(p, n) for p in range(1, n + 1)])
+        lowered = truth.copy()
+        lowered[:drop_positions] -= drop
+        data_b = answers(base, layout, world, rng=rng, accuracy=truth)
+        data_c = answers(base, layout, world, rng=rng, accuracy=lowered)
+        judged = verdicts.judge(data_b, data_c, rule=rule, alpha=alpha, seed=rep, resamples=resamples)
+        flagged = judged.drop_flagged or judged.parse_flagged or bool(judged.shift and judged.shift.flagged)
+        if drop == 0:
+            t.setdefault("verdict: identical flagged", Tally("<= 0.05")).add(flagged)
+        else:
+            t.setdefault(
+                f"verdict: {100 * drop:.0f}-point drop at positions 1-{drop_positions} caught",
+                Tally(">= 0.80"),
+            ).add(judged.drop_flagged)
+
+    return run
+
+
+LINEAR = FakeSpec(first=0.25, last=0.55)
+EFFECTS = FakeSpec(first=0.25, last=0.55, question_effect=0.3, prompt_effect=0.15)
+U_SHAPE = FakeSpec(curve=(0.6, 0.35, 0.6), question_effect=0.3, prompt_effect=0.15)
+FLAT = FakeSpec(first=0.4, last=0.4, question_effect=0.3, prompt_effect=0.15)
+PARSE = FakeSpec(first=0.25, last=0.55, question_effect=0.3, prompt_effect=0.15, malformed=0.1)
+LOWER = FakeSpec(first=0.3, last=0.5, question_effect=0.3, prompt_effect=0.15)
+
+SETTINGS = [
+    Setting(
+        "pointwise-plain",
+        "random design, N=50, 100 trials, 25%->55%, no effects",
+        curve_checks(LINEAR, n=50, iterations=100),
+    ),
+    Setting(
+        "pointwise-effects",
+        "as above with question (0.3) and prompt (0.15) effects",
+        curve_checks(EFFECTS, n=50, iterations=100),
+    ),
+    Setting(
+        "u-shape", "U-shaped curve 60%-35%-60% with effects", curve_checks(U_SHAPE, n=50, iterations=100)
+    ),
+    Setting(
+        "flat", "no position effect (40% everywhere) with effects", curve_checks(FLAT, n=20, iterations=100)
+    ),
+    Setting(
+        "parse-failures",
+        "10% failed parses and the sheet cut after position 40",
+        curve_checks(PARSE, n=50, iterations=100, missing_after=40),
+    ),
+    Setting(
+        "rotation",
+        "rotation design, N=10, 60 sampled sets, effects",
+        curve_checks(EFFECTS, n=10, iterations=60, rotation=True),
+    ),
+    Setting("small-n", "N=20, 30 trials, effects", curve_checks(EFFECTS, n=20, iterations=30)),
+    Setting(
+        "token-distance",
+        "bins of 512 tokens, N=50, 100 trials, effects",
+        distance_checks(EFFECTS, n=50, iterations=100),
+    ),
+    Setting(
+        "paired-identical",
+        "same trials, same curve, independent noise",
+        paired_checks(EFFECTS, EFFECTS, n=30, iterations=100, matched=True),
+    ),
+    Setting(
+        "unpaired-identical",
+        "independent trials, same curve",
+        paired_checks(EFFECTS, EFFECTS, n=30, iterations=100, matched=False),
+    ),
+    Setting(
+        "paired-different",
+        "same trials, 25%->55% against 30%->50%",
+        paired_checks(EFFECTS, LOWER, n=30, iterations=100, matched=True),
+    ),
+    Setting(
+        "verdict-identical",
+        "a checkpoint as good as its baseline, same trials, N=50",
+        verdict_checks(EFFECTS, n=50, iterations=100, drop=0.0, drop_positions=0),
+    ),
+    Setting(
+        "verdict-power",
+        "a 10-point drop at positions 1-10 of N=50, 100 iterations",
+        verdict_checks(EFFECTS, n=50, iterations=100, drop=0.10, drop_positions=10),
+    ),
+]
+
+
+def replications(setting: Setting, *, reps: int, seed: int) -> Iterator[int]:
+    rng = np.random.default_rng([seed, sum(map(ord, setting.name))])
+    for rep in range(reps):
+        setting.run(rep, rng, setting.tallies)
+        yield rep
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=500, help="Replications per setting (default 500).")
+    parser.add_argument("--only", help="Comma-separated setting names (default: all; see --list).")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the simulation.")
+    parser.add_argument("--list", action="store_true", help="List the settings and exit.")
+    args = parser.parse_args(argv)
+    if args.list:
+        for s in SETTINGS:
+            print(f"{s.name:20} {s.about}")
+        return 0
+    wanted = set(args.only.split(",")) if args.only else {s.name for s in SETTINGS}
+    unknown = wanted - {s.name for s in SETTINGS}
+    if unknown:
+        print(f"unknown setting(s): {', '.join(sorted(unknown))}; see --list", file=sys.stderr)
+        return 2
+    print(f"{args.reps} replications per setting, seed {args.seed}; each interval 95%")
+    print(f"{'setting':20} {'statistic':46} {'rate':>7} {'95% CI of rate':>16} {'target':>10}")
+    for setting in SETTINGS:
+        if setting.name not in wanted:
+            continue
+        started = time.perf_counter()
+        for _ in replications(setting, reps=args.reps, seed=args.seed):
+            pass
+        seconds = time.perf_counter() - started
+        for name, tally in setting.tallies.items():
+            low, high = tally.interval()
+            bounds = f"{low:.3f}-{high:.3f}"
+            print(f"{setting.name:20} {name:46} {tally.rate():7.3f} {bounds:>16} {tally.target:>10}")
+        print(f"{'':20} ({setting.about}; {seconds:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
