@@ -169,6 +169,17 @@ class FakeSpec(Record):
     last: float = Field(0.55, ge=0.0, le=1.0, description="Probability of a correct answer at position N.")
     malformed: float = Field(0.0, ge=0.0, le=1.0, description="Rate of unparseable answer lines.")
     delay_s: float = Field(0.0, ge=0.0, description="Seconds the fake engine sleeps per prompt.")
+    as_gpu: bool = Field(
+        False,
+        description="Reserve for the fake's actor what a vLLM engine on GPUs reserves "
+        "(`engine.tensor_parallel_size` GPUs on one node), for placement and autoscaling tests on simulated "
+        "GPU nodes; the fake itself uses none.",
+    )
+    events_file: str | None = Field(
+        None,
+        description="A file the fake engine appends `load` and `close` lines to (with its process id), so a "
+        "test can see that an engine was closed before its actor ended.",
+    )
 
     def accuracy(self, position: int, batch_size: int) -> float:
         """True probability of a correct answer at 1-based `position` in a prompt of `batch_size`."""
