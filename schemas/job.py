@@ -151,7 +151,10 @@ class EngineOptions(Record):
         description="Weights/activations dtype. `auto`: the model's on GPU, float32 on CPU.",
     )
     max_model_len: int | None = Field(
-        None, ge=16, description="Context length; the model's own when not set."
+        None,
+        ge=16,
+        description="Context length. Unset at submit, vLLM jobs get the longest prompt plus its answer "
+        "budget, rounded up to a power of two (never above the model's own).",
     )
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="Fraction of each GPU's memory vLLM may use."
