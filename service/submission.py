@@ -11,7 +11,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from posbias.schemas import BatchSizeEstimate, DryRun, EngineName, JobSpec, Plan, QuestionPool
+from posbias.schemas import BatchSizeEstimate, DryRun, EngineName, JobSpec, Plan, QuestionPool, one_line
 from posbias.service import context, planner
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
@@ -114,9 +114,13 @@ def _local_tokenizer(spec: JobSpec, *, settings: Settings) -> tuple[Tokenizer | 
         return FakeTokenizer(), "the fake engine's tokenizer"
     from posbias.workers.models import local_tokenizer
 
-    tokenizer: Tokenizer | None = local_tokenizer(
-        spec.model, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
-    )
+    try:
+        tokenizer: Tokenizer | None = local_tokenizer(
+            spec.model, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
+        )
+    except Exception as exc:  # a model folder whose tokenizer transformers cannot read; its load will say so
+        why = f"the model's tokenizer cannot be read here: {one_line(exc, typed=True)}"
+        return None, f"estimated at 4 characters a token ({why})"
     if tokenizer is None:
         return None, "estimated at 4 characters a token (the model's tokenizer is not on this machine)"
     return tokenizer, "the model's tokenizer"
