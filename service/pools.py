@@ -527,10 +527,14 @@ def _resources(*, free: bool) -> dict[str, float]:
 
 
 def _alive_nodes() -> list[tuple[str, int]]:
-    """(address, GPUs) of every node up now."""
+    """(address, GPUs) of every node up now; none when Ray will not say (an older Ray Client)."""
+    try:
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    except Exception:
+        return []
     return [
         (str(node.get("NodeManagerAddress", "?")), int(node.get("Resources", {}).get("GPU", 0)))
-        for node in ray.nodes()  # type: ignore[no-untyped-call]
+        for node in nodes
         if node.get("Alive")
     ]
 

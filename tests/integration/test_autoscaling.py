@@ -267,6 +267,31 @@ def test_a_tensor_parallel_size_no_node_type_has_fails_its_job_at_once_naming_th
     assert not _events(events), "no actor was started for it"
 
 
+def test_node_types_published_in_rays_cluster_config_name_the_largest_node(
+    cluster: Cluster, make_job: MakeJob
+) -> None:
+    """Ray's v2 autoscaler in releases after 2.60 publishes its node types in the GCS (Ray 2.60's do not);
+    the dispatcher reads them from there. Here the test publishes this cluster's node types itself, through
+    the GCS call that autoscaler makes."""
+    from ray._raylet import GcsClient
+    from ray.core.generated import autoscaler_pb2
+
+    config = autoscaler_pb2.ClusterConfig()
+    group = autoscaler_pb2.NodeGroupConfig(name="gpu", max_count=1)
+    group.resources["CPU"], group.resources["GPU"] = 1, 1
+    config.node_group_configs.append(group)
+    gcs = GcsClient(address=cluster.gcs)
+    gcs.report_cluster_config(config.SerializeToString())
+    try:
+        job, _ = _gpu_job(cluster, make_job, "gpu-model-tp2-typed", tp=2, batch_sizes=(2,), iterations=2)
+        _summary(cluster.worker("--until-empty"))
+    finally:
+        gcs.report_cluster_config(autoscaler_pb2.ClusterConfig().SerializeToString())
+    failed = jobs.get(cluster.db, job)
+    assert failed.status is JobStatus.failed and failed.error is not None
+    assert "the largest node of this cluster has 1 GPU (node type 'gpu')" in failed.error
+
+
 def test_without_knowing_the_node_types_a_waiting_actor_gives_its_shards_back_with_the_reason(
     cluster: Cluster, make_job: MakeJob
 ) -> None:
