@@ -1,7 +1,7 @@
 """posbias.schemas: the pydantic records every part of posbias shares. No I/O happens here."""
 
 from posbias.schemas.curve import Comparison, Curve, CurveAxis, CurvePoint, CurveQuery, DiffPoint, Interval
-from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, one_line
+from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, RetryableError, one_line
 from posbias.schemas.job import (
     AnswerMode,
     ChatTemplateUse,
@@ -32,6 +32,7 @@ from posbias.schemas.jobs import (
 )
 from posbias.schemas.record import Record
 from posbias.schemas.work import (
+    CloseReport,
     EngineInfo,
     LoadReport,
     ModelInfo,
@@ -55,6 +56,7 @@ __all__ = [
     "AnswerMode",
     "BatchSizeEstimate",
     "ChatTemplateUse",
+    "CloseReport",
     "Comparison",
     "ConflictError",
     "Curve",
@@ -89,6 +91,7 @@ __all__ = [
     "QuestionPool",
     "QuestionResult",
     "Record",
+    "RetryableError",
     "RotationCostWarning",
     "RunOutcome",
     "SamplingSpec",

@@ -19,6 +19,11 @@ class ConflictError(PosbiasError):
     """The request is valid but the stored state forbids it (e.g. cancelling a finished job)."""
 
 
+class RetryableError(PosbiasError):
+    """A failure that a later attempt may not meet, e.g. GPUs still held by an engine that is shutting
+    down: the work goes back to the queue with the message as its reason, and its job is not failed."""
+
+
 MAX_QUOTE = 500
 """Characters of an error message quoted in a one-line message at most."""
 

@@ -152,7 +152,10 @@ class EngineOptions(Record):
         description="Weights/activations dtype. `auto`: the model's on GPU, float32 on CPU.",
     )
     max_model_len: int | None = Field(
-        None, ge=16, description="Context length; the model's own when not set."
+        None,
+        ge=16,
+        description="Context length. Unset at submit, vLLM jobs get the longest prompt plus its answer "
+        "budget, rounded up to a power of two (never above the model's own).",
     )
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="Fraction of each GPU's memory vLLM may use."
@@ -196,6 +199,17 @@ class FakeSpec(Record):
     )
     malformed: float = Field(0.0, ge=0.0, le=1.0, description="Rate of unparseable answer lines.")
     delay_s: float = Field(0.0, ge=0.0, description="Seconds the fake engine sleeps per prompt.")
+    as_gpu: bool = Field(
+        False,
+        description="Reserve for the fake's actor what a vLLM engine on GPUs reserves "
+        "(`engine.tensor_parallel_size` GPUs on one node), for placement and autoscaling tests on simulated "
+        "GPU nodes; the fake itself uses none.",
+    )
+    events_file: str | None = Field(
+        None,
+        description="A file the fake engine appends `load` and `close` lines to (with its process id), so a "
+        "test can see that an engine was closed before its actor ended.",
+    )
 
     @model_validator(mode="after")
     def _effects_leave_noise(self) -> Self:

@@ -142,6 +142,14 @@ class DryRun(Record):
         "estimated."
     )
     batch_sizes: tuple[BatchSizeEstimate, ...] = Field(description="One estimate per batch size.")
+    max_model_len: int | None = Field(
+        None,
+        description="Context length the engine will start with: the spec's, or the longest prompt plus its "
+        "answer budget, rounded up (None for engines that take none).",
+    )
+    model_context: int | None = Field(
+        None, description="The model's own context limit, from its config; None when it is not known here."
+    )
 
     @property
     def total_prompt_tokens(self) -> int:

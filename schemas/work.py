@@ -192,7 +192,23 @@ class EngineInfo(Record):
     name: str = Field(description="`vllm` or `fake`.")
     version: str = Field(description="Engine package version.")
     dtype: str = Field(description="Dtype the model ran in.")
-    attention_backend: str | None = Field(None, description="Attention implementation vLLM chose.")
+    attention_backend: str | None = Field(
+        None, description="Attention backend(s) the model's layers ran, comma-separated (e.g. `FLASH_ATTN`)."
+    )
+    attention_layers: tuple[str, ...] | None = Field(
+        None,
+        description="The attention backend of each attention layer, in layer order, as vLLM's workers "
+        "reported it; None when they could not be asked.",
+    )
+    flash_attn_version: int | None = Field(
+        None, description="FlashAttention version (2, 3 or 4) of the FLASH_ATTN layers; None if none run."
+    )
+    attention_backend_guessed: bool = Field(
+        False,
+        description="True when the workers could not be asked and `attention_backend` is what vLLM's "
+        "selector would pick for this config: a guess, not what ran.",
+    )
+    max_model_len: int | None = Field(None, description="Context length the engine was started with.")
     device: str = Field(description="`cuda`, `cpu`, or `none` for the fake engine.")
 
 
@@ -220,6 +236,12 @@ class WorkerConfig(Record):
     cpu_threads: int | None = Field(
         None, ge=1, description="OpenMP threads for the vLLM CPU build; all cores when not set."
     )
+    gpu_memory_wait_seconds: float = Field(
+        120.0,
+        ge=0.0,
+        description="How long a GPU engine waits, before it loads and between refused loads, for the GPU "
+        "memory a previous engine held to be freed.",
+    )
 
 
 class LoadReport(Record):
@@ -229,6 +251,14 @@ class LoadReport(Record):
     model: ModelInfo = Field(description="The model's architecture facts.")
     seconds: float = Field(ge=0.0, description="Wall time of the load.")
     pid: int = Field(description="The actor's process id.")
+
+
+class CloseReport(Record):
+    """What closing an actor's engine did (before the actor is ended)."""
+
+    pid: int = Field(description="The actor's process id.")
+    closed: bool = Field(description="False when the actor held no engine.")
+    seconds: float = Field(ge=0.0, description="Wall time of the close.")
 
 
 class ShardFailure(Record):

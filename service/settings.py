@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,7 +50,32 @@ class Settings(BaseSettings):
     actors_per_model: int | None = Field(
         None,
         ge=1,
-        description="Actors per loaded model; from the cluster's free GPUs (or CPUs) when not set.",
+        description="Actors per loaded model. Unset: one on the CPU build; on GPUs one, plus one more "
+        "waiting for a node whenever the model's actors are all busy (up to 16), so the autoscaler sees "
+        "the demand.",
+    )
+    device: Literal["auto", "gpu", "cpu"] = Field(
+        "auto",
+        description="Where vLLM engines run: `gpu` (an actor reserves tensor_parallel_size GPUs), `cpu` (the "
+        "CPU build), or `auto`: from the vLLM build installed where the dispatcher runs.",
+    )
+    max_node_gpus: int | None = Field(
+        None,
+        ge=0,
+        description="GPUs on the largest node the cluster has or its autoscaler can add; a job whose tensor "
+        "parallel size is larger fails at once. Unset: read from Ray where it says (the nodes of a cluster "
+        "without an autoscaler, or an autoscaler that publishes its node types).",
+    )
+    placement_timeout_seconds: float = Field(
+        900.0,
+        gt=0,
+        description="How long a model's actor may wait for a node (the autoscaler adding one, or GPUs "
+        "freeing up) before its shards go back to the queue with the reason.",
+    )
+    gpu_memory_wait_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="How long a GPU engine waits for the memory a previous engine held before it loads.",
     )
     webhook_url: str | None = Field(None, description="URL to POST a schedule's regression verdicts to.")
     debug: bool = Field(False, description="Show tracebacks.")
@@ -57,5 +83,8 @@ class Settings(BaseSettings):
     def worker_config(self) -> WorkerConfig:
         """What a worker needs of these settings."""
         return WorkerConfig(
-            cache_dir=str(self.cache_dir), cpu_kvcache_gib=self.cpu_kvcache_gib, cpu_threads=self.cpu_threads
+            cache_dir=str(self.cache_dir),
+            cpu_kvcache_gib=self.cpu_kvcache_gib,
+            cpu_threads=self.cpu_threads,
+            gpu_memory_wait_seconds=self.gpu_memory_wait_seconds,
         )

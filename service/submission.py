@@ -11,30 +11,56 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from posbias.schemas import BatchSizeEstimate, DryRun, EngineName, JobSpec, Plan, QuestionPool
-from posbias.service import planner
+from posbias.schemas import BatchSizeEstimate, DryRun, EngineName, JobSpec, Plan, QuestionPool, one_line
+from posbias.service import context, planner
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
 from posbias.workers.engine import Tokenizer
-from posbias.workers.models import check_model_source
+from posbias.workers.models import check_model_source, context_limit
+
+_UNBOUNDED = 10**8
+"""Tokenizers without a stated limit report a huge `model_max_length` (transformers uses 1e30)."""
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A checked spec with its questions and plan."""
+    """A checked spec with its questions and plan, and the context its engine needs."""
 
     spec: JobSpec
+    """As it will be stored: for vLLM, `engine.max_model_len` chosen from the plan unless the user set it."""
     pool: QuestionPool
     plan: Plan
+    context: context.Context | None = None
+    """The context length and why (vLLM jobs only)."""
+    tokenizer: Tokenizer | None = None
+    tokenizer_source: str = ""
 
 
 def prepare(spec: JobSpec, *, settings: Settings) -> Prepared:
-    """Check the model source and the dataset, then plan. Raises `PosbiasError` naming the fix."""
+    """Check the model source and the dataset, plan, and (for vLLM) choose the engine's context length from
+    the plan and check it against the model's own. Raises `PosbiasError` naming the fix."""
     if spec.engine.name is EngineName.vllm:
         check_model_source(spec.model)
     pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir)
     check_pool(spec, pool=pool)
-    return Prepared(spec=spec, pool=pool, plan=planner.plan(spec, pool=pool))
+    plan = planner.plan(spec, pool=pool)
+    tokenizer, how = _local_tokenizer(spec, settings=settings)
+    if spec.engine.name is not EngineName.vllm:
+        return Prepared(spec=spec, pool=pool, plan=plan, tokenizer=tokenizer, tokenizer_source=how)
+    limits = [context_limit(spec.model, revision=spec.revision, cache_dir=settings.cache_dir)]
+    stated = getattr(getattr(tokenizer, "hf", None), "model_max_length", None)
+    if isinstance(stated, int) and 0 < stated < _UNBOUNDED:
+        limits.append(stated)  # vLLM takes the tokenizer's limit too, when it is smaller
+    limit = min((value for value in limits if value is not None), default=None)
+    budgets = [value for value in (limit, spec.engine.max_model_len) if value is not None]
+    longest = context.longest_prompt(spec, plan, tokenizer=tokenizer, budget=min(budgets, default=None))
+    chosen = context.context_for(spec, longest=longest, model_limit=limit)
+    if chosen.max_model_len != spec.engine.max_model_len:
+        engine = spec.engine.model_copy(update={"max_model_len": chosen.max_model_len})
+        spec = spec.model_copy(update={"engine": engine})
+    return Prepared(
+        spec=spec, pool=pool, plan=plan, context=chosen, tokenizer=tokenizer, tokenizer_source=how
+    )
 
 
 def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryRun:
@@ -43,7 +69,7 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryR
     from posbias.workers.prompts import render
 
     spec, plan = prepared.spec, prepared.plan
-    tokenizer, how = _local_tokenizer(spec, settings=settings)
+    tokenizer, how = prepared.tokenizer, prepared.tokenizer_source
     shards_per_size = Counter(plan.trials[s.trial_indices[0]].batch_size for s in plan.shards)
     estimates = []
     for n in spec.batch_sizes:
@@ -76,6 +102,8 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryR
         source=prepared.pool.source,
         tokenizer=how,
         batch_sizes=tuple(estimates),
+        max_model_len=spec.engine.max_model_len if spec.engine.name is EngineName.vllm else None,
+        model_context=prepared.context.model_limit if prepared.context else None,
     )
 
 
@@ -86,9 +114,13 @@ def _local_tokenizer(spec: JobSpec, *, settings: Settings) -> tuple[Tokenizer | 
         return FakeTokenizer(), "the fake engine's tokenizer"
     from posbias.workers.models import local_tokenizer
 
-    tokenizer: Tokenizer | None = local_tokenizer(
-        spec.model, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
-    )
+    try:
+        tokenizer: Tokenizer | None = local_tokenizer(
+            spec.model, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
+        )
+    except Exception as exc:  # a model folder whose tokenizer transformers cannot read; its load will say so
+        why = f"the model's tokenizer cannot be read here: {one_line(exc, typed=True)}"
+        return None, f"estimated at 4 characters a token ({why})"
     if tokenizer is None:
         return None, "estimated at 4 characters a token (the model's tokenizer is not on this machine)"
     return tokenizer, "the model's tokenizer"

@@ -11,7 +11,15 @@ import os
 import time
 from collections.abc import Sequence
 
-from posbias.schemas import LoadReport, ShardFailure, ShardResult, ShardSpec, WorkerConfig, one_line
+from posbias.schemas import (
+    CloseReport,
+    LoadReport,
+    ShardFailure,
+    ShardResult,
+    ShardSpec,
+    WorkerConfig,
+    one_line,
+)
 from posbias.workers.engine import Engine
 
 
@@ -78,6 +86,16 @@ class ShardActor:
                     outcomes.append(ShardFailure(shard_id=shard.shard_id, error=error))
             return outcomes
 
+    def close(self) -> CloseReport:
+        """Close the engine, so its processes end and free their GPU memory before the actor is ended
+        (`service/pools.py` calls this, then `ray.kill`). A later call would load the model again."""
+        started = time.perf_counter()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+        return CloseReport(pid=os.getpid(), closed=engine is not None, seconds=time.perf_counter() - started)
+
     def pid(self) -> int:
-        """The actor's process id (tests kill it to simulate a crashed worker)."""
+        """The actor's process id: the first call an actor answers once it is placed (the pools wait on
+        it), and what tests kill to simulate a crashed worker."""
         return os.getpid()

@@ -94,6 +94,10 @@ class Engine(Protocol):
         """Answer all requests in one engine call, in order."""
         ...
 
+    def close(self) -> None:
+        """Stop the engine and free what it holds (processes, GPU memory); the engine answers no more."""
+        ...
+
 
 def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
     """The engine `spec` asks for: vLLM with the spec's model and options, or the fake engine.

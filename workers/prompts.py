@@ -137,7 +137,7 @@ def render(
     spans: list[tuple[int, int]] = []
     offset = len(head)
     for position, (question, order) in enumerate(shown, start=1):
-        block = _question_block(template, position=position, question=question, order=order)
+        block = question_block(template, position=position, question=question, order=order)
         offset += len(template.separator)
         spans.append((offset, offset + len(block)))
         offset += len(block)
@@ -210,9 +210,10 @@ def _option_pattern(n: int) -> str:
     return "(" + "|".join(str(i) for i in range(n, 9, -1)) + "|[1-9])"
 
 
-def _question_block(
+def question_block(
     template: PromptTemplate, *, position: int, question: Question, order: Sequence[int]
 ) -> str:
+    """One question's text as it appears at `position`, its options in `order`."""
     choice_lines = [
         _fill(_CHOICE_FIELDS, template.choice, {"index": str(shown), "text": question.choices[index]})
         for shown, index in enumerate(order, start=1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import time
 import zlib
@@ -118,6 +119,8 @@ class FakeEngine:
         self._tokenizer = tokenizer or FakeTokenizer()
         self.calls = 0
         """Number of `generate` calls, so tests can check that a shard is one engine call."""
+        self.closed = False
+        self._event("load")
 
     @property
     def info(self) -> EngineInfo:
@@ -143,6 +146,8 @@ class FakeEngine:
         self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float, seed: int | None
     ) -> list[Generation]:
         """Answer every request, sleeping `spec.delay_s` per prompt."""
+        if self.closed:
+            raise RuntimeError("the fake engine was closed")
         self.calls += 1
         generations = []
         for request in requests:
@@ -153,6 +158,20 @@ class FakeEngine:
                 time.sleep(self._spec.delay_s)
             generations.append(self._answer(request))
         return generations
+
+    def close(self) -> None:
+        """Answer no more; recorded in `spec.events_file` when there is one."""
+        if not self.closed:
+            self.closed = True
+            self._event("close")
+
+    def _event(self, what: str) -> None:
+        """One line `<what> <model> pid=<pid> gpus=<CUDA_VISIBLE_DEVICES>` in `spec.events_file`."""
+        if self._spec.events_file is None:
+            return
+        gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        with open(self._spec.events_file, "a") as events:
+            events.write(f"{what} {self._model} pid={os.getpid()} gpus={gpus}\n")
 
     def _answer(self, request: GenerationRequest) -> Generation:
         if request.answer_key is None:

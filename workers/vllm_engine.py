@@ -5,24 +5,55 @@ eager execution and a fixed KV cache, which is what starts fast on a small machi
 model's dtype and, for tensor parallelism, vLLM's own multiprocessing executor: this engine lives inside a
 Ray actor, and nesting Ray placement groups there is what we must avoid.
 
+On GPUs an engine first waits (bounded by `WorkerConfig.gpu_memory_wait_seconds`) until its GPUs have the
+memory vLLM will ask for: an engine that was just closed, or one whose actor was killed, may still be
+freeing it. vLLM refuses to start below that ("Free memory on device ... is less than desired GPU memory
+utilization"; through its engine-core process only as "Engine core initialization failed"), so a refused
+start with the GPUs short of memory is tried again with backoff, and past the bound it is a
+`RetryableError` (the shards go back to the queue), not a broken model.
+
+What ran is read back, not guessed: each vLLM worker reports the attention backend of every layer (and
+FlashAttention's version) through `AttentionReport`, a worker extension; only if the workers cannot be asked
+is the backend vLLM's selector would pick recorded, marked as a guess. The model loads text-only
+(`language_model_only`): posbias sends token ids, so a multimodal checkpoint such as Gemma 3 4B+ loads no
+vision tower.
+
 vLLM is imported only when an engine is built, after its environment variables are set.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import math
 import os
+import re
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posbias.schemas import EngineInfo, EngineOptions, ModelInfo, PosbiasError, WorkerConfig, one_line
+from posbias.schemas import (
+    EngineInfo,
+    EngineOptions,
+    ModelInfo,
+    PosbiasError,
+    RetryableError,
+    WorkerConfig,
+    one_line,
+)
 from posbias.workers.engine import Encoding, Generation, GenerationRequest
 from posbias.workers.models import ResolvedModel, read_model_info, resolve_model
+
+log = logging.getLogger(__name__)
 
 # Enough candidates for the usual 4-10 options; more only when a question has more options.
 _MIN_LOGPROBS = 5
 _CONTEXT_TOKENS = 8
+_EXTENSION = "posbias.workers.vllm_engine.AttentionReport"
+# vLLM's own refusals when a GPU lacks free memory at startup (vllm/v1/worker/utils.py, gpu_worker.py).
+_MEMORY_REFUSAL = re.compile(r"Free memory on device|less than desired GPU memory utilization|out of memory")
 
 
 class HfTokenizer:
@@ -92,11 +123,16 @@ class VllmEngine:
         self._tokenizer = HfTokenizer(self._llm.get_tokenizer())
         self._max_model_len = int(model_config.max_model_len)
         self._max_logprobs = int(model_config.max_logprobs)
+        attention = _attention(self._llm)
         self._info = EngineInfo(
             name="vllm",
             version=_vllm_version(),
             dtype=str(model_config.dtype).removeprefix("torch."),
-            attention_backend=_attention_backend(self._llm),
+            attention_backend=attention.backend,
+            attention_layers=attention.layers,
+            flash_attn_version=attention.flash_attn_version,
+            attention_backend_guessed=attention.guessed,
+            max_model_len=self._max_model_len,
             device=device,
         )
         weights = self._resolved.local_dir or _hub_snapshot(self._resolved.model, revision=revision)
@@ -157,12 +193,16 @@ class VllmEngine:
         ]
 
     def close(self) -> None:
-        """Stop the engine and free its memory (the actor calls this before loading another model)."""
+        """Stop the engine and free its memory: vLLM's engine core shuts its executor down, and with
+        multiprocessing its engine-core and worker processes exit, releasing their GPU memory. The actor
+        calls this before it is ended; safe to call twice."""
         llm = getattr(self, "_llm", None)
         if llm is None:
             return
         self._llm = None
         llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
 
     def _sampling_params(
         self, request: GenerationRequest, *, temperature: float, top_p: float, seed: int | None
@@ -298,6 +338,9 @@ def _start_llm(resolved: ResolvedModel, *, options: EngineOptions, config: Worke
         "tensor_parallel_size": options.tensor_parallel_size,
         "max_model_len": options.max_model_len,
     }
+    # Workers report what they run by method name (see AttentionReport); token ids only, so no vision tower.
+    kwargs["worker_extension_cls"] = _EXTENSION
+    kwargs["language_model_only"] = True
     if on_cpu:
         kwargs["distributed_executor_backend"] = "uni"
         kwargs["enforce_eager"] = True
@@ -311,14 +354,79 @@ def _start_llm(resolved: ResolvedModel, *, options: EngineOptions, config: Worke
 
     from vllm import LLM
 
-    try:
-        llm = LLM(resolved.model, **kwargs)
-    except Exception as exc:  # vLLM and transformers raise anything from OSError to pydantic errors
-        raise PosbiasError(f"cannot load model {resolved.source}: {one_line(exc)}") from exc
+    measure = not on_cpu and current_platform.is_cuda()
+    gpus = options.tensor_parallel_size
+    need = options.gpu_memory_utilization
+    deadline = time.monotonic() + config.gpu_memory_wait_seconds
+    pause = 2.0
+    while True:
+        short = _short_gpus(gpus, need=need) if measure else []
+        if short and time.monotonic() < deadline:
+            log.info("waiting for GPU memory: %s", "; ".join(short))
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(2 * pause, 30.0)
+            continue
+        try:
+            llm = LLM(resolved.model, **kwargs)
+            break
+        except Exception as exc:  # vLLM and transformers raise anything from OSError to pydantic errors
+            refused = _memory_refusal(exc)
+            short = _short_gpus(gpus, need=need) if measure else []
+            if not (refused or short):
+                raise PosbiasError(f"cannot load model {resolved.source}: {one_line(exc)}") from exc
+            if time.monotonic() >= deadline:
+                held = "; ".join(short) or one_line(exc)
+                waited = config.gpu_memory_wait_seconds
+                raise RetryableError(
+                    f"the GPUs did not have the memory vLLM asks for within {waited:.0f} s ({held}); another "
+                    "engine may still hold it"
+                ) from exc
+            log.warning("vLLM refused to start for lack of GPU memory; trying again in %.0f s", pause)
+            time.sleep(pause)
+            pause = min(2 * pause, 30.0)
     device = (
         "cpu" if on_cpu else ("cuda" if current_platform.is_cuda_alike() else current_platform.device_type)
     )
     return llm, device
+
+
+def _memory_refusal(exc: BaseException) -> bool:
+    """True when vLLM's error (or one it was raised from) is its refusal for lack of free GPU memory."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if _MEMORY_REFUSAL.search(str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _short_gpus(count: int, *, need: float) -> list[str]:
+    """The GPUs of this process (the first `count` it may use) whose free memory is below `need` of their
+    total, as vLLM requires at startup, e.g. `GPU 3: 20.1 of 79.6 GiB free`. Read through NVML, so no CUDA
+    context is made in this process; empty when NVML cannot say."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.utils.import_utils import import_pynvml
+
+        pynvml = import_pynvml()  # type: ignore[no-untyped-call]
+        pynvml.nvmlInit()
+    except Exception:
+        return []
+    short = []
+    try:
+        for device in range(count):
+            physical = current_platform.device_id_to_physical_device_id(device)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(physical))
+            if memory.free < need * memory.total:
+                free, total = memory.free / 2**30, memory.total / 2**30
+                short.append(f"GPU {physical}: {free:.1f} of {total:.1f} GiB free")
+    except Exception:
+        return []
+    finally:
+        pynvml.nvmlShutdown()
+    return short
 
 
 def _set_vllm_environment(config: WorkerConfig, *, on_cpu: bool) -> None:
@@ -354,31 +462,66 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _attention_backend(llm: Any) -> str | None:
-    """The attention backend(s) the model's layers use, e.g. `CPU_ATTN` or `FLASH_ATTN`."""
+class AttentionReport:
+    """Mixed into vLLM's worker class (`worker_extension_cls`), so that the engine can ask every worker what
+    its layers run. Called by name through `LLM.collective_rpc`: a name crosses vLLM's process boundaries,
+    where a function would need the pickling vLLM allows only with VLLM_ALLOW_INSECURE_SERIALIZATION."""
+
+    def posbias_attention_layers(self) -> list[list[str | int | None]]:
+        """`[layer name, backend name, FlashAttention version or None]` for each attention layer of this
+        worker's model, in the model's order."""
+        model = self.get_model()  # type: ignore[attr-defined]
+        layers: list[list[str | int | None]] = []
+        for module in model.modules():
+            get_backend = getattr(module, "get_attn_backend", None)
+            if not callable(get_backend):
+                continue
+            version = getattr(getattr(module, "impl", None), "vllm_flash_attn_version", None)
+            layers.append(
+                [
+                    str(getattr(module, "layer_name", "")),
+                    str(get_backend().get_name()),
+                    int(version) if isinstance(version, int) else None,
+                ]
+            )
+        return layers
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What the engine's attention layers run."""
+
+    backend: str | None
+    """Distinct backend names, comma-separated."""
+    layers: tuple[str, ...] | None
+    """Each attention layer's backend, in layer order (the first worker's; workers of one engine agree)."""
+    flash_attn_version: int | None
+    guessed: bool
+    """True when the workers could not be asked and `backend` is the selector's choice for the config."""
+
+
+def _attention(llm: Any) -> Attention:
+    """Ask the workers which backend each layer runs; failing that, say what vLLM's selector would pick,
+    marked as a guess."""
     try:
-        per_worker = llm.apply_model(_layer_backends)
-        names = sorted({name for worker in per_worker for name in worker})
-        if names:
-            return ",".join(names)
-    except Exception:  # workers in other processes take no function unless pickling is allowed
-        pass
-    return _selected_backend(llm)
-
-
-def _layer_backends(model: Any) -> list[str]:
-    return sorted(
-        {
-            module.get_attn_backend().get_name()
-            for module in model.modules()
-            if callable(getattr(module, "get_attn_backend", None))
-        }
-    )
+        per_worker = llm.collective_rpc("posbias_attention_layers")
+        rows = [row for worker in per_worker for row in worker]
+        if rows:
+            versions = {int(row[2]) for row in rows if row[2] is not None and row[1] == "FLASH_ATTN"}
+            return Attention(
+                backend=",".join(sorted({str(row[1]) for row in rows})),
+                layers=tuple(str(row[1]) for row in per_worker[0]),
+                flash_attn_version=max(versions) if versions else None,
+                guessed=False,
+            )
+    except Exception as exc:  # a vLLM without worker extensions, or a worker that cannot answer
+        log.warning("vLLM's workers did not report their attention backends (%s)", one_line(exc, typed=True))
+    return Attention(backend=_selected_backend(llm), layers=None, flash_attn_version=None, guessed=True)
 
 
 def _selected_backend(llm: Any) -> str | None:
-    """The backend vLLM's selector picks for this model's config, asked in this process (multiprocess
-    engines refuse to run a function in their workers unless pickling is allowed, which we don't)."""
+    """The backend vLLM's selector would pick for this model's config, asked in this process: a guess (the
+    workers may pick per layer, e.g. for sliding-window layers, or fall back at run time)."""
     try:
         from vllm.config import set_current_vllm_config
         from vllm.v1.attention.selector import get_attn_backend

@@ -79,7 +79,10 @@ ShuffleOpt = Annotated[
 ChatOpt = Annotated[
     ChatTemplateUse | None, typer.Option(help="Use the model's chat template: auto, on, off.")
 ]
-MaxLenOpt = Annotated[int | None, typer.Option(help="Engine context length (default: the model's).")]
+MaxLenOpt = Annotated[
+    int | None,
+    typer.Option(help="Engine context length (default: the longest prompt plus its answers, rounded up)."),
+]
 DtypeOpt = Annotated[str | None, typer.Option(help="Engine dtype (default auto: float32 on CPU).")]
 PriorityOpt = Annotated[int | None, typer.Option(help="Higher runs first.")]
 EngineOpt = Annotated[
@@ -266,6 +269,9 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
         )
     out.print(table)
     out.print(f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer})")
+    if dry.max_model_len is not None:
+        own = f"{dry.model_context:,}" if dry.model_context is not None else "not known here"
+        out.print(f"engine context: {dry.max_model_len:,} tokens (the model's own: {own})")
     out.print("nothing was enqueued (dry run)")
 
 

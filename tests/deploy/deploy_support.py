@@ -46,10 +46,14 @@ def kube_objects() -> list[tuple[Path, dict[str, Any]]]:
     ]
 
 
-def by_kind(kind: str) -> dict[str, Any]:
-    """The one object of `kind` under deploy/kuberay."""
-    found = [doc for _, doc in kube_objects() if doc["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+def by_kind(kind: str, name: str | None = None) -> dict[str, Any]:
+    """The one object of `kind` (named `name`, when given) under deploy/kuberay."""
+    found = [
+        doc
+        for _, doc in kube_objects()
+        if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
 
 
@@ -168,7 +172,7 @@ def image_entrypoints() -> dict[str, list[str]]:
 
 
 def image_name(image: str) -> str:
-    """`registry/path/posbias-gpu:0.1.0` -> `posbias-gpu`."""
+    """`registry/path/posbias-gpu:0.1.0` (or `...@sha256:...`) -> `posbias-gpu`."""
     return image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
 
 
@@ -279,7 +283,8 @@ def invocations() -> list[Invocation]:
             if argv is not None:
                 found.append(Invocation(f"{path.name} entrypoint", argv))
         for where, container in containers(obj):
-            if obj["kind"] in ("RayCluster", "RayJob"):
+            init = any(container is c for _, pod in pod_specs(obj) for c in pod.get("initContainers", []))
+            if obj["kind"] in ("RayCluster", "RayJob") and not init:
                 continue  # KubeRay sets the command of Ray containers (`ray start`) and submitters
             argv = _posbias_argv(
                 _container_argv(

@@ -1,7 +1,8 @@
 """JSON schemas of KubeRay's RayCluster and RayJob (API ray.io/v1), for checking deploy/kuberay offline.
 
 Written by hand from the Go types that KubeRay generates its CRDs from (ray-operator/apis/ray/v1,
-raycluster_types.go and rayjob_types.go, as of KubeRay 1.3/1.4): every field those types declare, with its
+raycluster_types.go and rayjob_types.go, as of KubeRay 1.3/1.4, plus `authOptions` of KubeRay 1.5.1/1.6, in
+the fields KubeRay 1.6.2's API reference lists): every field those types declare, with its
 JSON name and type, required where the Go field has neither `omitempty` nor `+optional`, and enums where the
 types declare them (`+kubebuilder:validation:Enum` or the XValidation rules). Unknown fields are rejected, as
 the API server's structural-schema pruning would silently drop them. The embedded Kubernetes types (pod
@@ -89,8 +90,16 @@ DEFS: dict[str, Any] = {
         },
         required=("groupName", "template", "rayStartParams", "minReplicas", "maxReplicas"),
     ),
+    "AuthOptions": _obj(
+        {
+            "mode": {"type": "string", "enum": ["disabled", "token"]},
+            "secretName": {"type": "string"},
+            "enableK8sTokenAuth": {"type": "boolean"},
+        }
+    ),
     "RayClusterSpec": _obj(
         {
+            "authOptions": {"$ref": "#/$defs/AuthOptions"},
             "suspend": {"type": "boolean"},
             "managedBy": MANAGED_BY,
             "autoscalerOptions": {"$ref": "#/$defs/AutoscalerOptions"},

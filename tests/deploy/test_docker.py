@@ -122,3 +122,14 @@ def test_shell_scripts_pass_shellcheck_and_are_executable(path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert path.stat().st_mode & 0o111, f"{path.name} is not executable"
     assert "set -euo pipefail" in path.read_text()
+
+
+def test_the_gpu_extra_pins_the_vllm_of_the_gpu_image() -> None:
+    """pip keeps the base image's vllm (and the torch it was built with) only when posbias[gpu] asks for
+    exactly that version; a looser pin lets another vllm in, a different one breaks the build."""
+    (base,) = _instructions(DOCKER / "Dockerfile.gpu", "FROM")
+    image = base.arguments.split()[0]
+    assert image.split("@")[0].startswith("vllm/vllm-openai:v")
+    tag = image.split("@")[0].split(":v", 1)[1]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert f"vllm=={tag}" in project["optional-dependencies"]["gpu"]

@@ -49,6 +49,9 @@ def test_the_manifests_hold_the_objects_the_runbook_names() -> None:
     assert kinds == [
         "CronJob/posbias-schedule-tick",
         "Job/posbias-migrate",
+        "NetworkPolicy/posbias-ray-head",
+        "NetworkPolicy/posbias-ray-workers",
+        "PersistentVolumeClaim/posbias-model-cache",
         "RayCluster/posbias",
         "RayJob/posbias-worker",
         "Secret/posbias-db",
@@ -92,11 +95,21 @@ def _misspell(obj: dict[str, Any], path: list[str | int], wrong: str) -> dict[st
         ("CronJob", ["spec", "concurrencyPolicy"], "concurrency"),
         ("CronJob", ["spec", "jobTemplate", "spec", "template", "spec", "containers", 0, "args"], "arg"),
         ("Job", ["spec", "template", "spec", "containers", 0, "env", 0, "valueFrom"], "valuefrom"),
+        ("NetworkPolicy", ["spec", "podSelector"], "podselector"),
+        ("NetworkPolicy", ["spec", "ingress", 0, "from", 0, "podSelector"], "podSelectors"),
+        ("PersistentVolumeClaim", ["spec", "accessModes"], "accessMode"),
+        ("RayCluster", ["spec", "authOptions", "mode"], "modes"),
+        (
+            "RayCluster",
+            ["spec", "headGroupSpec", "template", "spec", "initContainers", 0, "args"],
+            "arg",
+        ),
     ],
 )
 def test_the_schema_check_catches_a_misspelled_field(kind: str, path: list[str | int], wrong: str) -> None:
     """The validation above is strict: a typo anywhere, pod templates included, fails it."""
-    broken = _misspell(by_kind(kind), path, wrong)
+    name = "posbias-ray-head" if kind == "NetworkPolicy" else None
+    broken = _misspell(by_kind(kind, name), path, wrong)
     with pytest.raises(jsonschema.ValidationError):
         validate_any(broken, K8S_VERSIONS[-1])
 
@@ -183,6 +196,7 @@ def test_database_url_comes_from_the_secret_wherever_the_store_is_used() -> None
     """The head (where the dispatcher runs as a Ray job), the migration and the schedule tick read the URL
     from the Secret; nothing carries it as a literal."""
     users = {"RayCluster/posbias head ray-head", "Job/posbias-migrate template migrate"}
+    users.add("RayCluster/posbias head wait-for-schema")
     users.add("CronJob/posbias-schedule-tick jobTemplate tick")
     seen = set()
     for _, obj in OBJECTS:
@@ -269,8 +283,98 @@ def test_kustomize_renders_with_the_registry_images_in_every_pod() -> None:
     objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
     new_names = {image["newName"] for image in _kustomization()["images"]}
     images = [c["image"] for obj in objects for _, c in containers(obj)]
-    assert len(images) == 5
-    assert all(image.rsplit(":", 1)[0] in new_names for image in images), images
+    assert len(images) == 6
+    assert all(image.split("@sha256:")[0] in new_names for image in images), images
     assert {obj["metadata"]["namespace"] for obj in objects} == {"posbias"}
     for obj in objects:
         validate_any(obj, K8S_VERSIONS[-1])
+
+
+# --- hardening ---------------------------------------------------------------------------------------------
+
+
+def _ray_containers() -> list[tuple[str, dict[str, Any]]]:
+    cluster = by_kind("RayCluster")
+    spec = cluster["spec"]
+    groups = [("head", spec["headGroupSpec"])] + [(g["groupName"], g) for g in spec["workerGroupSpecs"]]
+    return [(where, c) for where, group in groups for c in group["template"]["spec"]["containers"]]
+
+
+def test_every_ray_node_cleans_up_its_workers_process_groups() -> None:
+    """vLLM's engine-core and tensor-parallel processes are children of a posbias actor: Ray kills a worker's
+    process group when the worker exits only with this on, on every node (it is read by each raylet)."""
+    for where, container in _ray_containers():
+        entry = env_var(container, "RAY_process_group_cleanup_enabled")
+        assert entry is not None and entry.get("value") == "true", where
+    ray_up = (REPO / "deploy" / "ray-cluster.yaml").read_text()
+    assert ray_up.count("export RAY_process_group_cleanup_enabled=true;") == 2, "head and worker starts"
+    compose = load_docs(REPO / "deploy" / "compose.yaml")[0]
+    assert compose["services"]["ray-head"]["environment"]["RAY_process_group_cleanup_enabled"] == "true"
+
+
+def test_ray_token_authentication_is_on_and_the_head_is_fenced_off() -> None:
+    cluster = by_kind("RayCluster")
+    assert cluster["spec"]["authOptions"] == {"mode": "token"}
+    head = by_kind("NetworkPolicy", "posbias-ray-head")["spec"]
+    assert head["podSelector"]["matchLabels"] == {
+        "ray.io/cluster": cluster["metadata"]["name"],
+        "ray.io/node-type": "head",
+    }
+    assert head["policyTypes"] == ["Ingress"]
+    sources = [source for rule in head["ingress"] for source in rule["from"]]
+    assert {"ray.io/cluster": "posbias"} in [s.get("podSelector", {}).get("matchLabels") for s in sources]
+    # The RayJob's submitter carries labels that one rule admits, on the job API's port.
+    submitter = by_kind("RayJob")["spec"]["submitterPodTemplate"]["metadata"]["labels"]
+    admitted = [
+        rule
+        for rule in head["ingress"]
+        for source in rule["from"]
+        if set(source.get("podSelector", {}).get("matchLabels", {}).items()) <= set(submitter.items())
+        and "podSelector" in source
+    ]
+    assert any(8265 in [p["port"] for p in rule.get("ports", [])] for rule in admitted)
+    workers = by_kind("NetworkPolicy", "posbias-ray-workers")["spec"]
+    assert workers["podSelector"]["matchLabels"]["ray.io/node-type"] == "worker"
+    assert [s["podSelector"]["matchLabels"] for r in workers["ingress"] for s in r["from"]] == [
+        {"ray.io/cluster": "posbias"}
+    ]
+
+
+def test_gpu_workers_keep_the_weights_on_the_shared_volume_and_request_their_disk() -> None:
+    (group,) = by_kind("RayCluster")["spec"]["workerGroupSpecs"]
+    pod = group["template"]["spec"]
+    (worker,) = pod["containers"]
+    cache = next(m for m in worker["volumeMounts"] if m["mountPath"] == "/home/posbias/.cache")
+    volume = next(v for v in pod["volumes"] if v["name"] == cache["name"])
+    claim = by_kind("PersistentVolumeClaim")
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"], "pods on several nodes mount it at once"
+    assert "ephemeral-storage" in worker["resources"]["requests"]
+    assert "ephemeral-storage" in worker["resources"]["limits"]
+
+
+def test_the_dispatcher_starts_only_on_a_migrated_store() -> None:
+    """The head (where the RayJob runs the dispatcher) waits in an init container for the schema the
+    migration Job brings, so applying everything at once cannot start a dispatcher on an old schema."""
+    head = by_kind("RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
+    (init,) = head["initContainers"]
+    assert init["args"][:3] == ["db", "current", "--wait"]
+    assert image_name(init["image"]) == "posbias-gpu"
+    assert _is_secret_ref(env_var(init, "POSBIAS_DATABASE_URL"))
+
+
+def test_the_head_knows_the_largest_gpu_pod() -> None:
+    """POSBIAS_MAX_NODE_GPUS (on the head, where the dispatcher runs) is the GPU worker pods' GPU count, so a
+    job with a larger tensor parallel size fails at once rather than waiting for a pod that never comes."""
+    head = dict(_ray_containers())["head"]
+    entry = env_var(head, "POSBIAS_MAX_NODE_GPUS")
+    assert entry is not None
+    (group,) = by_kind("RayCluster")["spec"]["workerGroupSpecs"]
+    (worker,) = group["template"]["spec"]["containers"]
+    assert int(entry["value"]) == max(_gpus(worker))
+
+
+def test_images_are_referenced_by_digest() -> None:
+    for image in _kustomization()["images"]:
+        assert "newTag" not in image, image
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", image["digest"]), image

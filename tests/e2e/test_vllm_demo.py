@@ -37,6 +37,18 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
         **cache,
     ).json()
     assert dry["tokenizer"] == "the model's tokenizer" and dry["batch_sizes"][0]["mean_prompt_tokens"] > 300
+    # The engine's context from the plan: the longest prompt plus 224 tokens for the answers, rounded up to a
+    # power of two, instead of the model's own 8,192.
+    context = dry["max_model_len"]
+    assert dry["model_context"] == 8192 and dry["spec"]["engine"]["max_model_len"] == context
+    assert context & (context - 1) == 0
+    assert dry["batch_sizes"][0]["max_prompt_tokens"] + 224 <= context < 8192
+    too_long = posbias(
+        "submit", "--model", "demo", "--batch-sizes", "80", "--iterations", "1", check=False, **cache
+    )
+    assert too_long.code == 1 and len(too_long.error_lines) == 1, too_long.stderr
+    assert "the longest prompt at batch size 80 is" in too_long.error_lines[0]
+    assert "more than the model's context of 8,192 tokens" in too_long.error_lines[0]
 
     first = posbias(
         "submit",
@@ -56,13 +68,15 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
         "--model",
         "demo",
         "--batch-sizes",
-        "5",
+        "10",
         "--iterations",
         "1",
         "--answer-mode",
         "constrained",
         "--seed",
         "1",
+        "--max-model-len",  # the first job's, chosen from its plan: the same engine serves both
+        str(context),
         "--json",
         **cache,
     ).json()
@@ -73,8 +87,13 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
     for job in (first["job_id"], second["job_id"]):
         status = posbias("status", str(job), "--json", **cache).json()
         assert status["status"] == "done"
-        assert status["engine"]["name"] == "vllm" and status["engine"]["dtype"] == "float32"
-        assert status["engine"]["device"] == "cpu" and status["engine"]["attention_backend"]
+        engine = status["engine"]
+        assert engine["name"] == "vllm" and engine["dtype"] == "float32"
+        assert engine["device"] == "cpu" and engine["attention_backend"] == "CPU_ATTN"
+        # What vLLM started with is the context chosen from the plan, as stored in the job's spec.
+        assert engine["max_model_len"] == context
+        # Reported by the workers for each of the model's 30 layers, not guessed.
+        assert engine["attention_layers"] == ["CPU_ATTN"] * 30 and not engine["attention_backend_guessed"]
 
     curve = posbias("curve", "--job", str(first["job_id"]), "--batch-size", "10", "--format", "json").json()[
         0

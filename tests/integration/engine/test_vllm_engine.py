@@ -117,6 +117,10 @@ def test_engine_info_names_what_ran(tiny_engine: VllmEngine) -> None:
     assert info.device == "cpu"
     assert info.dtype == "float32"  # `auto` on CPU
     assert info.attention_backend == "CPU_ATTN"
+    # Reported by vLLM's worker for each of the 4 layers (sliding or not), not guessed; no FlashAttention.
+    assert info.attention_layers == ("CPU_ATTN",) * 4
+    assert info.attention_backend_guessed is False and info.flash_attn_version is None
+    assert info.max_model_len == tiny_engine.max_model_len
 
 
 def test_max_model_len_is_the_models_or_the_option(

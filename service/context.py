@@ -1,0 +1,165 @@
+"""The context length a job's engine starts with: its longest prompt plus that prompt's answer budget, from
+the plan, rounded up to a power of two, and checked at submit against the model's own limit.
+
+vLLM starts an engine with the model's full context unless told otherwise (131,072 tokens for Llama 3.x and
+Gemma 3 4B+) and refuses to start when one sequence that long does not fit the KV cache (a 70B model on
+4 x L40S); posbias needs only its longest prompt plus its answers, about 6.5k tokens at N = 50.
+
+Counting every prompt of a job exactly would tokenize it whole (a million tokens for the default job: seconds
+here, minutes for big jobs), so each question's block is tokenized once and a prompt is bounded by its
+blocks, `SLACK` tokens a block for its number and its joins, and the text around them (measured on the
+prompt with the largest bound, rendered exactly). Only a batch size whose bound does not fit the model is
+counted prompt by prompt, so a refusal is always for a prompt that really is too long.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from posbias.schemas import JobSpec, Plan, PosbiasError, Trial
+from posbias.workers.engine import Tokenizer
+from posbias.workers.prompts import RenderedPrompt, question_block, render
+
+MIN_CONTEXT = 1024
+"""The smallest context length chosen. Chosen lengths are powers of two, so that jobs of one model with
+similar prompts share an engine (the context length is part of the engine's identity, its model key), at
+the cost of at most twice the KV cache one sequence needs."""
+SLACK = 4
+"""Tokens a question block may gain inside a prompt over its count alone: a longer position number (up to
+three digits where the tokenizer splits digits) and merges at its joins."""
+CHARS_PER_TOKEN = 2.0
+"""Without the model's tokenizer: a bound on English text (BPE tokenizers average 3 to 4 characters)."""
+
+
+@dataclass(frozen=True)
+class Longest:
+    """The longest prompt of a job plus its answer budget."""
+
+    batch_size: int
+    prompt_tokens: int
+    answer_tokens: int
+    counted: bool
+    """True when counted with the model's tokenizer; False for the characters estimate."""
+
+    @property
+    def tokens(self) -> int:
+        """Prompt plus answers."""
+        return self.prompt_tokens + self.answer_tokens
+
+
+@dataclass(frozen=True)
+class Context:
+    """The context length a job's engine starts with, and why."""
+
+    max_model_len: int | None
+    """What the engine is started with: the spec's, the plan's rounded up, or None (the model's own)."""
+    longest: Longest | None
+    model_limit: int | None
+    """The model's own context, from its config; None when it is not on this machine."""
+
+
+def longest_prompt(
+    spec: JobSpec, plan: Plan, *, tokenizer: Tokenizer | None, budget: int | None = None
+) -> Longest | None:
+    """The longest prompt of `plan` plus its answer budget, over all batch sizes; None for a plan with no
+    trials. A bound (see the module's docstring), except where the bound exceeds `budget` (the context
+    there is to fit in): there every prompt of the batch size is counted exactly, so that a job is refused
+    only for a prompt that really does not fit."""
+    by_size: dict[int, list[Trial]] = {}
+    for trial in plan.trials:
+        by_size.setdefault(trial.batch_size, []).append(trial)
+    blocks = _block_tokens(spec, plan, tokenizer=tokenizer) if tokenizer is not None else {}
+    longest: Longest | None = None
+    for batch_size, trials in sorted(by_size.items()):
+        answers = spec.sampling.max_tokens_for(batch_size, answer_mode=spec.answer_mode)
+        if tokenizer is None:
+            chars = max(len(_render(spec, plan, trial, tokenizer=None).text) for trial in trials)
+            found = Longest(batch_size, math.ceil(chars / CHARS_PER_TOKEN), answers, counted=False)
+        else:
+            prompt = _longest_counted(spec, plan, trials, blocks, tokenizer)
+            if budget is not None and prompt + answers > budget:
+                prompt = max(len(_render(spec, plan, t, tokenizer=tokenizer).token_ids or ()) for t in trials)
+            found = Longest(batch_size, prompt, answers, counted=True)
+        if longest is None or found.tokens > longest.tokens:
+            longest = found
+    return longest
+
+
+def context_for(spec: JobSpec, *, longest: Longest | None, model_limit: int | None) -> Context:
+    """The context length for `spec`'s engine. Raises `PosbiasError` when the prompts do not fit the model's
+    limit, or the spec's `max_model_len` exceeds that limit or (counted exactly) is too short for them."""
+    chosen = spec.engine.max_model_len
+    if model_limit is not None and chosen is not None and chosen > model_limit:
+        raise PosbiasError(
+            f"engine.max_model_len {chosen:,} is more than the model's context of {model_limit:,} tokens; "
+            "lower it or leave it unset"
+        )
+    if longest is not None and longest.counted:
+        where = (
+            f"the longest prompt at batch size {longest.batch_size} is {longest.prompt_tokens:,} tokens plus "
+            f"{longest.answer_tokens:,} for the answers"
+        )
+        if model_limit is not None and longest.tokens > model_limit:
+            raise PosbiasError(
+                f"{where}, more than the model's context of {model_limit:,} tokens; use smaller batch sizes "
+                f"(the largest is {longest.batch_size}), fewer answer tokens or a model with a longer context"
+            )
+        if chosen is not None and longest.tokens > chosen:
+            raise PosbiasError(
+                f"{where}, more than engine.max_model_len {chosen:,}; raise it, or leave it unset to have it "
+                "chosen from the prompts"
+            )
+    if chosen is None and longest is not None and (longest.counted or model_limit is not None):
+        # An estimate only with the model's limit to cap it: an estimate above the limit says nothing.
+        chosen = max(MIN_CONTEXT, 1 << (longest.tokens - 1).bit_length())
+        if model_limit is not None:
+            chosen = min(chosen, model_limit)
+    return Context(max_model_len=chosen, longest=longest, model_limit=model_limit)
+
+
+def _render(spec: JobSpec, plan: Plan, trial: Trial, *, tokenizer: Tokenizer | None) -> RenderedPrompt:
+    return render(
+        trial,
+        questions=plan.questions,
+        template=spec.prompt,
+        chat_template=spec.chat_template,
+        tokenizer=tokenizer,
+    )
+
+
+def _block_tokens(spec: JobSpec, plan: Plan, *, tokenizer: Tokenizer) -> dict[str, int]:
+    """Tokens of each question's block alone (at position 1, options in the dataset's order)."""
+    ids = sorted(plan.questions)
+    texts = [
+        question_block(
+            spec.prompt,
+            position=1,
+            question=plan.questions[qid],
+            order=tuple(range(len(plan.questions[qid].choices))),
+        )
+        for qid in ids
+    ]
+    return dict(zip(ids, _count(texts, tokenizer=tokenizer), strict=True))
+
+
+def _count(texts: Sequence[str], *, tokenizer: Tokenizer) -> list[int]:
+    hf = getattr(tokenizer, "hf", None)
+    if hf is not None:  # a Hugging Face fast tokenizer encodes a batch in parallel, without offsets
+        return [len(ids) for ids in hf(list(texts), add_special_tokens=False)["input_ids"]]
+    return [len(tokenizer.encode(text, add_special_tokens=False).ids) for text in texts]
+
+
+def _longest_counted(
+    spec: JobSpec, plan: Plan, trials: Sequence[Trial], blocks: dict[str, int], tokenizer: Tokenizer
+) -> int:
+    def bound(trial: Trial) -> int:
+        return sum(blocks[qid] + SLACK for qid in trial.question_ids)
+
+    top = max(trials, key=bound)
+    exact = len(_render(spec, plan, top, tokenizer=tokenizer).token_ids or ())
+    # The text around the questions (instructions, answer request, chat template), from the exact count;
+    # every other prompt of this batch size is at most that plus its bound, which is at most top's.
+    around = max(0, exact - sum(blocks[qid] for qid in top.question_ids))
+    return around + bound(top)
