@@ -13,7 +13,7 @@ goes from `queue.submit` to the commit of the last shard's results (`Dispatcher.
 Where the time goes is measured on the dispatcher's one thread by wrapping what it calls: submitting the job
 (`queue.submit`), leasing (the lease transaction and building the shard specs), sending calls to actors
 (`.remote`, which pickles the shards), waiting on Ray (`ray.wait`: idle while the actors work), fetching
-results (`ray.get`), writing them (`store.write_shard_results`), heartbeats, other queue calls (recovery,
+results (`ray.get`), writing them (`queue.complete`), heartbeats, other queue calls (recovery,
 releases, is-the-job-done checks), and the loop itself (the rest). Garbage collection happens inside those
 and is shown on its own. The dispatcher's capacity is trials per second of its busy time: all but waiting on
 Ray and submitting the job, i.e. what it would move if actors on other machines never kept it waiting.
@@ -49,7 +49,7 @@ from typing import Any
 import ray
 
 from posbias.schemas import JobSpec, ShardResult
-from posbias.service import database, jobs, queue, store, submission
+from posbias.service import database, jobs, queue, submission
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
 from posbias.service.settings import Settings
@@ -113,12 +113,14 @@ def timing(dispatcher: Dispatcher) -> Iterator[Timers]:
     gc.callbacks.append(on_gc)
     with ExitStack() as stack:
         stack.callback(gc.callbacks.remove, on_gc)
-        timers.wrap(queue, "submit", "submit", stack)
+        timers.wrap(jobs, "submit", "submit", stack)
         timers.wrap(queue, "lease", "lease", stack)
         timers.wrap(queue, "heartbeat", "heartbeat", stack)
-        for name in ("recover_expired", "release", "fail", "pending_model_keys", "job_finished"):
+        for name in ("recover_expired", "release", "fail", "pending_model_keys"):
             timers.wrap(queue, name, "other", stack)
-        timers.wrap(store, "write_shard_results", "write", stack)
+        timers.wrap(jobs, "finished", "other", stack)
+        timers.wrap(jobs, "fail", "other", stack)
+        timers.wrap(queue, "complete", "write", stack)
         timers.wrap(ray, "wait", "wait", stack)
         timers.wrap(ray, "get", "fetch", stack)
         timers.wrap(dispatcher.pools, "submit", "send", stack)
