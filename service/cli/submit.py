@@ -36,6 +36,7 @@ from posbias.schemas import (
 )
 from posbias.service.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
 from posbias.service.cli.curves import print_curve
+from posbias.service.datasets import looks_local
 
 
 def register(app: typer.Typer) -> None:
@@ -136,7 +137,9 @@ def _build_spec(
     overrides.update({k: v for k, v in top.items() if v is not None})
     data_set: dict[str, Any] = {"subjects": subjects, "split": split}
     if dataset is not None:
-        data_set["path" if Path(dataset).exists() else "name"] = dataset
+        # A path that looks local is a path even when it is missing, so a typo is reported as a missing
+        # file, not as an unreachable hub.
+        data_set["path" if looks_local(dataset) else "name"] = dataset
     engine_opts = {
         "name": engine,
         "tensor_parallel_size": tensor_parallel_size,
@@ -236,7 +239,10 @@ def submit(
     if dry_run:
         _print_dry_run(api.dry_run(spec, settings=settings), as_json=as_json)
         return
-    submitted = api.submit(spec, settings=settings, idempotency_key=idempotency_key)
+    with _PlanProgress() as progress:
+        submitted = api.submit(
+            spec, settings=settings, idempotency_key=idempotency_key, on_progress=progress.update
+        )
     if as_json:
         print_json({"job_id": submitted.job_id, "created": submitted.created, "trials": submitted.trials})
         return
@@ -317,6 +323,40 @@ def run(
         raise PosbiasError(
             f"job {job.id} ended {job.status.value}: {job.error}; see `posbias status {job.id}`"
         )
+
+
+class _PlanProgress:
+    """Trials planned out of the job's total, on a terminal's stderr, while a large plan is built."""
+
+    LARGE = 50_000
+    """Plans smaller than this are built too fast to need it."""
+
+    def __init__(self) -> None:
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> _PlanProgress:
+        return self
+
+    def update(self, planned: int, total: int) -> None:
+        if total < self.LARGE or not err.is_terminal:
+            return
+        if self._bar is None:
+            self._bar = Progress(
+                TextColumn("planning"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("trials"),
+                console=err,
+                transient=True,
+            )
+            self._task = self._bar.add_task("planning", total=total)
+            self._bar.start()
+        self._bar.update(self._task, completed=planned)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 class _ProgressBar:

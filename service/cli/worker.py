@@ -23,7 +23,9 @@ def worker(
         str | None, typer.Option(help="local (start Ray here), auto (this node's cluster) or an address.")
     ] = None,
     until_empty: Annotated[bool, typer.Option(help="Exit once no job has unfinished work.")] = False,
-    max_jobs: Annotated[int | None, typer.Option(help="Exit after this many jobs finish.")] = None,
+    max_jobs: Annotated[
+        int | None, typer.Option(help="Exit after this many jobs finish.", min=1, max=1_000_000)
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the dispatcher: lease shards from the queue, run them on Ray actors, write the results.
