@@ -332,6 +332,7 @@ def shards(db: Database, job_id: int) -> list[ShardRecord]:
                 status=s.status,
                 attempts=s.attempts,
                 max_attempts=s.max_attempts,
+                lapses=s.lapses,
                 lease_owner=s.lease_owner,
                 lease_expires_at=s.lease_expires_at,
                 finished_at=s.finished_at,
