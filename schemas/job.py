@@ -445,7 +445,7 @@ def _read_text(file: Path, *, what: str, limit: int) -> str:
         raise PosbiasError(f"{what} {file} is a folder; give a YAML or JSON file") from None
     except OSError as exc:
         raise PosbiasError(f"cannot read {what} {file}: {exc.strerror or one_line(exc)}") from None
-    with os.fdopen(fd, "rb") as handle:
+    try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise PosbiasError(f"{what} {file} is a folder; give a YAML or JSON file")
@@ -455,10 +455,14 @@ def _read_text(file: Path, *, what: str, limit: int) -> str:
             )
         if info.st_size > limit:
             raise PosbiasError(f"{what} {file} is {info.st_size:,} bytes; a spec is at most {limit:,} bytes")
-        try:
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the handle owns it now
             raw = handle.read(limit + 1)
-        except OSError as exc:
-            raise PosbiasError(f"cannot read {what} {file}: {exc.strerror or one_line(exc)}") from None
+    except OSError as exc:
+        raise PosbiasError(f"cannot read {what} {file}: {exc.strerror or one_line(exc)}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(raw) > limit:
         raise PosbiasError(f"{what} {file} is over {limit:,} bytes; a spec is at most {limit:,} bytes")
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from posbias.schemas.curve import Interval
 from posbias.schemas.record import Record
@@ -84,6 +84,8 @@ class RegressionRule(Record):
     intervals widened (Bonferroni) for the number of comparisons made, so that a checkpoint that is as good
     as its baseline is flagged with probability at most 1 - `confidence` per check.
     """
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     max_drop: float | None = Field(
         None,

@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -113,7 +114,11 @@ def dialect_insert(dialect: str, table: Any) -> Any:
 
 
 def describe(url: URL) -> str:
-    """The URL as it may be shown to a user: without its password."""
+    """The URL as it may be shown to a user: without its password (and a SQLite file as a path, not the
+    `file:` URI posbias opens it with)."""
+    database = url.database or ""
+    if url.get_backend_name() == "sqlite" and database.startswith("file:") and url.query.get("uri") == "true":
+        url = url.set(database=unquote(database.removeprefix("file:")), query={})
     return url.render_as_string(hide_password=True)
 
 
@@ -151,7 +156,10 @@ def create_db_engine(
         if read_only:
             cursor.execute("PRAGMA query_only = ON")
         elif path is not None:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            if create:
+                # WAL is a property of the file: set where a store is created (`upgrade`), never on a file
+                # that is only opened, which may be another application's (or not a database at all).
+                cursor.execute("PRAGMA journal_mode = WAL")
             # Safe with WAL (no corruption on power loss; the last commits may roll back).
             cursor.execute("PRAGMA synchronous = NORMAL")
         try:
@@ -304,6 +312,11 @@ class Problem(StrEnum):
     """A value or row the store will not take (too long, out of range, a constraint)."""
 
 
+DriverError = sqlite3.Error | psycopg.Error
+"""What the drivers raise where posbias uses them directly (COPY, executemany), below SQLAlchemy."""
+STORE_ERRORS = (SQLAlchemyError, sqlite3.Error, psycopg.Error)
+"""Everything a store operation may raise when the store fails: catch these, then `explain`."""
+
 TRANSIENT = frozenset({Problem.unreachable, Problem.full, Problem.read_only, Problem.busy})
 """Problems a dispatcher waits out: the same write may succeed once the store recovers."""
 
@@ -343,9 +356,9 @@ _SQLITE_CODES = {
 }
 
 
-def _diagnose(exc: DBAPIError) -> _Diagnosis:
-    orig = exc.orig
-    reason = _reason(exc)
+def _diagnose(exc: DBAPIError | DriverError) -> _Diagnosis:
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    reason = _reason(orig)
     sqlstate = str(getattr(orig, "sqlstate", "") or "")
     if sqlstate:
         if sqlstate.startswith("08") or sqlstate in {"57P01", "57P02", "57P03", "53300"}:
@@ -366,18 +379,23 @@ def _diagnose(exc: DBAPIError) -> _Diagnosis:
     for prefix, problem in _SQLITE_CODES.items():
         if name == prefix or name.startswith(prefix + "_"):
             return _Diagnosis(problem, reason)
-    if isinstance(exc, IntegrityError | DataError):
+    kind = type(orig).__name__
+    if isinstance(exc, IntegrityError | DataError) or kind in {"IntegrityError", "DataError"}:
         return _Diagnosis(Problem.refused, reason)
     if isinstance(exc, ProgrammingError) or "no such table" in reason or "no such column" in reason:
         return _Diagnosis(Problem.schema, reason)
-    if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
+    invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
+    if (
+        isinstance(exc, OperationalError | InterfaceError)
+        or invalidated
+        or kind in {"OperationalError", "InterfaceError"}
+    ):
         return _Diagnosis(Problem.unreachable, reason)
     return _Diagnosis(Problem.refused, reason)
 
 
-def _reason(exc: DBAPIError) -> str:
+def _reason(orig: BaseException | None) -> str:
     """The driver's own message, first line only: never the statement or its parameters."""
-    orig = exc.orig
     diag = getattr(orig, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     text = str(primary or orig or "").strip()
@@ -385,14 +403,15 @@ def _reason(exc: DBAPIError) -> str:
     return first[:300]
 
 
-def explain(exc: SQLAlchemyError, *, url: str | URL | None = None) -> StoreError:
-    """A store error as one line that names the fix, without the SQL statement or its parameters (those
-    are for `--debug`). `url` names the store in the message."""
+def explain(exc: SQLAlchemyError | DriverError, *, url: str | URL | None = None) -> StoreError:
+    """A store error (SQLAlchemy's, or a driver's raised on a bulk path below SQLAlchemy) as one line that
+    names the fix, without the SQL statement or its parameters (those are for `--debug`). `url` names the
+    store in the message."""
     try:
         where = f" at {describe(make_url(url))}" if url is not None else ""
     except (ArgumentError, ValueError):
         where = ""
-    if not isinstance(exc, DBAPIError):
+    if not isinstance(exc, DBAPIError | DriverError):
         return StoreError(f"the store{where} failed: {one_line(exc, typed=True)}", problem=Problem.refused)
     found = _diagnose(exc)
     reason = found.reason
@@ -484,10 +503,12 @@ def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> N
             f"cannot open the database at {describe(parsed)}: the folder {path.absolute().parent} does not "
             f"exist; create it, or {URL_HINT}"
         )
-    with _migration_connection(parsed) as connection:
-        current, tables = _foreign(connection)
+    if path is None or (path.is_file() and path.stat().st_size > 0):
+        # Looked at read-only first: a store that is refused is left exactly as it was.
+        with _migration_connection(parsed, read_only=True, create=False) as connection:
+            current, tables = _foreign(connection)
         known = {rev.revision for rev in _script_directory().walk_revisions()}
-        where = describe(connection.engine.url)
+        where = describe(parsed)
         if current is not None and current not in known:
             raise PosbiasError(
                 f"the database at {where} is at Alembic revision {current[:40]!r}, which is not posbias's: "
@@ -501,6 +522,7 @@ def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> N
                 "posbias schema: use a database of its own (or pass --force to add posbias's tables beside "
                 "them)"
             )
+    with _migration_connection(parsed) as connection:
         command.upgrade(alembic_config(connection), revision)
 
 

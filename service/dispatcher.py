@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from posbias.schemas import DispatchSummary, PosbiasError, ShardFailure, ShardResult, one_line
 from posbias.service import database, jobs, owners, queue, reaper
-from posbias.service.database import Database, StoreError
+from posbias.service.database import STORE_ERRORS, Database, DriverError, StoreError
 from posbias.service.pools import ModelPools
 from posbias.service.settings import Settings
 
@@ -270,6 +270,11 @@ class Dispatcher:
     def stopping(self) -> bool:
         return self._stop_requests > 0
 
+    @property
+    def store_down(self) -> bool:
+        """True while the store is failing and the dispatcher waits it out."""
+        return self._outage is not None
+
     def run(
         self,
         *,
@@ -286,7 +291,7 @@ class Dispatcher:
         last_heartbeat = time.monotonic()
         try:
             reclaimed = queue.register(self.db, self.owner, identity=self.identity)
-        except SQLAlchemyError as exc:
+        except STORE_ERRORS as exc:
             raise database.explain(exc, url=self.db.url) from exc
         if reclaimed:
             log.info("reclaimed %d shards of dispatchers on this machine that are gone", reclaimed)
@@ -314,7 +319,7 @@ class Dispatcher:
                             if time.monotonic() - last_heartbeat >= self.settings.heartbeat_seconds:
                                 self._heartbeat()
                                 last_heartbeat = time.monotonic()
-                        except SQLAlchemyError as exc:
+                        except STORE_ERRORS as exc:
                             self._down(exc)
                     if self.stopping and self._drain_expired():
                         break
@@ -352,7 +357,7 @@ class Dispatcher:
         if self._outage is None:
             try:
                 self._pay()
-            except SQLAlchemyError as exc:
+            except STORE_ERRORS as exc:
                 self._down(exc)
 
     def _pay(self) -> None:
@@ -361,7 +366,7 @@ class Dispatcher:
             self._owed[0].write()
             self._owed.pop(0)
 
-    def _down(self, exc: SQLAlchemyError) -> None:
+    def _down(self, exc: SQLAlchemyError | DriverError) -> None:
         """The store failed: wait it out when it may recover, else stop with its error."""
         error = database.explain(exc, url=self.db.url)
         if not error.transient:
@@ -393,7 +398,7 @@ class Dispatcher:
         try:
             self._pay()
             self._heartbeat()
-        except SQLAlchemyError as exc:
+        except STORE_ERRORS as exc:
             self._down(exc)
             return
         log.warning("the store works again after %.0f s", now - outage.since)
@@ -417,7 +422,7 @@ class Dispatcher:
             self._last_discovery = now
             try:
                 leases += self._lease(limit=1, exclude_model_keys=self.pools.loaded_keys())
-            except SQLAlchemyError:
+            except STORE_ERRORS:
                 if leases:  # already ours: give them back before the error stops the loop
                     self._give_back([lease.shard_id for lease in leases])
                 raise
@@ -432,7 +437,7 @@ class Dispatcher:
             if key not in slots:
                 try:
                     keep = queue.pending_model_keys(self.db) | self.pools.busy_keys()
-                except SQLAlchemyError:
+                except STORE_ERRORS:
                     keep = self.pools.busy_keys() | {lease.shard.model_key for lease in leases}
                 keep.discard(key)
                 if not self.pools.ensure(shard, keep=keep):
@@ -604,7 +609,7 @@ class Dispatcher:
             if ids:
                 queue.release(self.db, ids, owner=self.owner)
             queue.deregister(self.db, self.owner)
-        except SQLAlchemyError as exc:
+        except STORE_ERRORS as exc:
             # The caller reports why the store failed; these leases lapse on their own.
             log.info("could not release %d shards: %s", len(ids), database.explain(exc, url=self.db.url))
         self._owed.clear()

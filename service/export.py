@@ -92,8 +92,13 @@ def export_results(
     fmt = export_format(path, format)
     where = target(path, overwrite=overwrite)
     rows = store.export_results(db, job_id)
-    with _opened(where) as handle:
-        written = _write_csv(rows, handle) if fmt == "csv" else _write_parquet(rows, handle)
+    try:
+        with _opened(where) as handle:
+            written = _write_csv(rows, handle) if fmt == "csv" else _write_parquet(rows, handle)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()  # a stream cut short still ends its query (and its server-side cursor)
     return ExportSummary(job_id=job_id, path=path, format=fmt, rows=written)
 
 

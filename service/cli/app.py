@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Annotated, NoReturn
 
 import typer
-from sqlalchemy.exc import SQLAlchemyError
 from typer.exceptions import TyperException
 
 from posbias.schemas import PosbiasError, RotationCostWarning, one_line
@@ -115,7 +114,7 @@ def _line(exc: BaseException) -> tuple[str | None, int]:
         return f"{_flat(message)}{hint}", int(getattr(exc, "exit_code", 2))
     if isinstance(exc, PosbiasError):
         return _flat(str(exc)), 2 if isinstance(exc, BadUsage) else 1
-    if isinstance(exc, SQLAlchemyError):
+    if isinstance(exc, database.STORE_ERRORS):
         return str(database.explain(exc, url=_store_url())), 1
     if isinstance(exc, OSError):
         return _os_error(exc), 1

@@ -35,8 +35,12 @@ def worker(
     settings = settings_of(ctx)
     if ray_address is not None:
         settings = settings.model_copy(update={"ray_address": ray_address})
+    from posbias.service.dispatcher import init_ray  # Ray is slow to import: only for this command
+
+    # The store and Ray first: a bad one is the command's one line, with no banner before it.
+    database.connect(settings.database_url).close()
+    init_ray(settings)
     if not as_json:
-        database.connect(settings.database_url).close()  # a bad store is the one line, not this one
         err.print(
             f"worker: queue {describe(normalise_url(settings.database_url))}, Ray {settings.ray_address}"
         )
