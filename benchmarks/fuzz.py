@@ -99,6 +99,8 @@ def main() -> int:
                 if found:
                     problems.append(f"{dialect}: {outcome.report()}")
                 slowest.append((outcome.seconds, f"{dialect}: {case.describe()}"))
+            done = sum(tally["cases"] for (store, _), tally in counts.items() if store == dialect)
+            print(f"{dialect}: {done:,} cases in {time.monotonic() - started:.0f} s", flush=True)
 
     width = max(len(t) for _, t in counts) + 2
     print(f"{'store':<11}{'template':<{width}}" + "".join(f"{c:>15}" for c in COLUMNS))

@@ -257,6 +257,9 @@ class Dispatcher:
         self._last_discovery = 0.0
         self._touched_jobs: set[int] = set()
         self._load_seconds: dict[str, float] = {}
+        self._loading: set[str] = set()
+        """Models whose pool has no loaded actor yet: their engine cannot start anything soon, so nothing
+        beyond the shard that started the load is leased for them (others may run those shards meanwhile)."""
         self.outages = 0
         """Times the store failed and came back during this dispatcher's runs."""
 
@@ -409,7 +412,7 @@ class Dispatcher:
 
     def _lease_and_submit(self) -> None:
         slots = self.pools.free_slots()
-        open_keys = sorted(key for key, free in slots.items() if free > 0)
+        open_keys = sorted(key for key, free in slots.items() if free > 0 and key not in self._loading)
         wanted = sum(slots[key] for key in open_keys)
         leases = self._lease(limit=wanted, model_keys=open_keys) if wanted else []
         # Shards of models not loaded here, one at a time: when the loaded models' queue is short, when
@@ -444,6 +447,7 @@ class Dispatcher:
                     self._blocked = True
                     giveback.append(shard.shard_id)
                     continue
+                self._loading.add(key)
                 error = self.pools.pool_error(key)
                 if error is not None:
                     self._fail_job(shard.job_id, error)
@@ -505,6 +509,8 @@ class Dispatcher:
 
     def _loaded(self, ref: Any) -> None:
         event = self.pools.load_finished(ref)
+        if event.report is not None or event.error is not None:
+            self._loading.discard(event.model_key)
         if event.report is not None:
             log.info("loaded %s in %.1fs", event.report.model.name, event.report.seconds)
             seconds = self._load_seconds.get(event.model_key, 0.0)

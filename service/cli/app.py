@@ -66,6 +66,7 @@ def _main(
 ) -> None:
     try:
         settings = load_settings()
+        database.normalise_url(settings.database_url)  # a malformed URL is a setting to fix: exit 2
     except PosbiasError as exc:
         raise BadUsage(str(exc)) from None
     ctx.obj = settings.model_copy(update={"debug": True}) if debug else settings
