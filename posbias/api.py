@@ -47,7 +47,7 @@ from posbias.service import curves as curve_reports
 from posbias.service import database, store
 from posbias.service import jobs as job_store
 from posbias.service.database import Database
-from posbias.service.settings import Settings
+from posbias.service.settings import Settings, load_settings
 
 SpecLike = JobSpec | Mapping[str, Any] | str | Path
 """A job spec: a `JobSpec`, a mapping of its fields, or the path of a YAML or JSON spec file."""
@@ -56,7 +56,7 @@ Target = int | str | CurveQuery
 
 
 def _settings(settings: Settings | None) -> Settings:
-    return settings if settings is not None else Settings()
+    return settings if settings is not None else load_settings()
 
 
 def _spec(spec: SpecLike) -> JobSpec:
@@ -68,8 +68,8 @@ def _spec(spec: SpecLike) -> JobSpec:
 
 
 @contextmanager
-def _store(settings: Settings) -> Iterator[Database]:
-    db = database.connect(settings.database_url)
+def _store(settings: Settings, *, read_only: bool = False) -> Iterator[Database]:
+    db = database.connect(settings.database_url, read_only=read_only)
     try:
         yield db
     finally:
@@ -108,15 +108,20 @@ def dry_run(spec: SpecLike, *, settings: Settings | None = None) -> DryRun:
 
 
 def submit(
-    spec: SpecLike, *, settings: Settings | None = None, idempotency_key: str | None = None
+    spec: SpecLike,
+    *,
+    settings: Settings | None = None,
+    idempotency_key: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Submitted:
     """Validate, plan and enqueue a job. With an `idempotency_key` that already names a job with the same
-    spec, that job is returned and nothing is written."""
+    spec, that job is returned and nothing is written. `on_progress(trials planned, total)` is called while
+    a large plan is built."""
     from posbias.service import submission
 
     settings = _settings(settings)
     with _store(settings) as db:
-        prepared = submission.prepare(_spec(spec), settings=settings)
+        prepared = submission.prepare(_spec(spec), settings=settings, on_progress=on_progress)
         return job_store.submit(db, prepared.spec, prepared.plan, idempotency_key=idempotency_key)
 
 
@@ -156,8 +161,15 @@ def run(
 
     `on_submitted` is called once the job is in the queue, `on_written` with each shard's stored result
     (for progress). The outcome says how the job ended; a failed job is not an exception here."""
+    from posbias.service import submission
+    from posbias.service.dispatcher import init_ray
+
     settings = _settings(settings)
-    submitted = submit(spec, settings=settings, idempotency_key=idempotency_key)
+    with _store(settings) as db:
+        prepared = submission.prepare(_spec(spec), settings=settings)
+        # Ray is checked before the job is written: a job that cannot run here is not left in the queue.
+        init_ray(settings)
+        submitted = job_store.submit(db, prepared.spec, prepared.plan, idempotency_key=idempotency_key)
     if on_submitted is not None:
         on_submitted(submitted)
     summary = dispatch({submitted.job_id}, settings=settings, on_written=on_written)
@@ -168,7 +180,7 @@ def run(
 
 def job(job_id: int, *, settings: Settings | None = None) -> JobRecord:
     """One job, with its progress. `NotFoundError` when there is none."""
-    with _store(_settings(settings)) as db:
+    with _store(_settings(settings), read_only=True) as db:
         return job_store.get(db, job_id)
 
 
@@ -180,19 +192,19 @@ def jobs(
     limit: int | None = None,
 ) -> list[JobRecord]:
     """Jobs, newest first, with their progress; optionally only those with `status` or of `model`."""
-    with _store(_settings(settings)) as db:
+    with _store(_settings(settings), read_only=True) as db:
         return job_store.find(db, status=status, model=model, limit=limit)
 
 
 def progress(job_id: int, *, settings: Settings | None = None) -> JobProgress:
     """How far a job has got: trials done and skipped, shards by status."""
-    with _store(_settings(settings)) as db:
+    with _store(_settings(settings), read_only=True) as db:
         return job_store.progress(db, job_id)
 
 
 def shards(job_id: int, *, settings: Settings | None = None) -> list[ShardRecord]:
     """A job's shards in order: status, attempts, lease, last error."""
-    with _store(_settings(settings)) as db:
+    with _store(_settings(settings), read_only=True) as db:
         return job_store.shards(db, job_id)
 
 
@@ -238,7 +250,7 @@ def curves(
     order: accuracy by position (or by token distance, `by`) with intervals. `NotFoundError` when there are
     no results."""
     query = _query(target, revision=revision, batch_size=batch_size)
-    with _store(_settings(settings)) as db:
+    with _store(_settings(settings), read_only=True) as db:
         return curve_reports.curves(db, query, by=by, bin_width=bin_width)
 
 
@@ -248,7 +260,7 @@ def compare(
     """B minus A at every position, at one batch size (needed when the two share several)."""
     qa = _query(a, revision=None, batch_size=None)
     qb = _query(b, revision=None, batch_size=None)
-    with _store(_settings(settings)) as db:
+    with _store(_settings(settings), read_only=True) as db:
         if batch_size is None:
             sizes = {c.batch_size for c in curve_reports.curves(db, qa)} & {
                 c.batch_size for c in curve_reports.curves(db, qb)
@@ -265,16 +277,22 @@ def compare(
 
 
 def export_results(
-    job_id: int, *, out: str | Path, settings: Settings | None = None, format: str | None = None
+    job_id: int,
+    *,
+    out: str | Path,
+    settings: Settings | None = None,
+    format: str | None = None,
+    overwrite: bool = False,
 ) -> ExportSummary:
-    """Write every result row of a job to `out` as CSV or Parquet (`format`, or from the suffix)."""
+    """Write every result row of a job to `out` as CSV or Parquet (`format`, or from the suffix). An
+    existing file is replaced only with `overwrite`; a device or a pipe (`/dev/stdout`) is written to."""
     from posbias.service import export
 
-    with _store(_settings(settings)) as db:
-        return export.export_results(db, job_id, path=Path(out), format=format)
+    with _store(_settings(settings), read_only=True) as db:
+        return export.export_results(db, job_id, path=Path(out), format=format, overwrite=overwrite)
 
 
 def models(*, settings: Settings | None = None) -> list[ModelInfo]:
     """Every model with results: layers, sliding window and which layers use it, RoPE base, context."""
-    with _store(_settings(settings)) as db:
+    with _store(_settings(settings), read_only=True) as db:
         return store.list_models(db)

@@ -8,20 +8,52 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import stat
 import warnings
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Self
 
 import numpy as np
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from posbias.schemas.errors import PosbiasError, one_line
 from posbias.schemas.record import Record
 
 MAX_BATCH_SIZE = 200
 ROTATION_WARN_BATCH_SIZE = 20
+
+# What both stores can hold: PostgreSQL's INTEGER columns are 32 bits (priority, counts), ids and JSON
+# numbers 64; a spec that SQLite would take must not fail on PostgreSQL.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_TEXT = 100_000
+"""Characters in any one text of a spec at most (a prompt template is the longest, a few hundred)."""
+MAX_SPEC_BYTES = 1 << 20
+"""Size of a spec file at most: a spec is a few hundred bytes; a larger file is a mistake."""
+MAX_SPEC_DEPTH = 16
+"""Nesting of a spec's mappings and lists at most (a spec nests three deep)."""
+MAX_SPEC_VALUES = 100_000
+"""Values in a spec at most, counting each use of a YAML alias (so an alias bomb is refused, not expanded)."""
+DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16")
+"""The dtypes vLLM takes."""
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic's lax mode reads `true` as 1; in a spec that is always a mistake (`batch_sizes: true`).
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, not true/false")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+"""An integer that is not a boolean."""
+FINITE = ConfigDict(allow_inf_nan=False)
+"""Numbers in a spec are finite: `inf` or `nan` is refused where it is given, not met by the engine."""
 
 ExtraValue = str | int | float | bool | None
 
@@ -58,26 +90,48 @@ class EngineName(StrEnum):
 class DatasetSpec(Record):
     """Where the questions come from."""
 
+    model_config = FINITE
+
     name: str = Field(
         "cais/mmlu",
+        min_length=1,
+        max_length=500,
         description="Hugging Face dataset id; `cais/mmlu` (the default) also loads from a local MMLU copy.",
     )
     path: str | None = Field(
         None,
+        min_length=1,
+        max_length=4096,
         description="Local folder or file to read instead of the hub (MMLU CSV/JSONL layouts, or any "
         "CSV/JSON/JSONL/Parquet file with the columns below). Defaults to POSBIAS_MMLU_DIR for MMLU.",
     )
-    split: str = Field("test", description="Dataset split to sample questions from.")
-    subjects: tuple[str, ...] | None = Field(
-        None, description="Subjects to sample from; all subjects when empty."
+    split: str = Field(
+        "test", min_length=1, max_length=200, description="Dataset split to sample questions from."
     )
-    question_column: str = Field("question", description="Column holding the question text.")
-    choices_column: str = Field("choices", description="Column holding the list of options.")
+    subjects: tuple[Annotated[str, Field(min_length=1, max_length=200)], ...] | None = Field(
+        None, max_length=10_000, description="Subjects to sample from; all subjects when empty."
+    )
+    question_column: str = Field(
+        "question", min_length=1, max_length=200, description="Column holding the question text."
+    )
+    choices_column: str = Field(
+        "choices",
+        min_length=1,
+        max_length=1000,
+        description="Column holding the options: a list of texts, or a mapping of labels to texts (then "
+        "the answer is a label); for a CSV, the option columns, e.g. `A,B,C,D`.",
+    )
     answer_column: str = Field(
-        "answer", description="Column holding the gold option: a 0-based index or a letter (A, B, ...)."
+        "answer",
+        min_length=1,
+        max_length=200,
+        description="Column holding the gold option: a 0-based index or a letter (A, B, ...), or a label.",
     )
     subject_column: str | None = Field(
-        "subject", description="Column holding the subject; None when the data has no subjects."
+        "subject",
+        min_length=1,
+        max_length=200,
+        description="Column holding the subject; None when the data has no subjects.",
     )
 
     @field_validator("subjects", mode="before")
@@ -97,6 +151,8 @@ class DatasetSpec(Record):
 
 class PromptTemplate(Record):
     """The text around the questions. The default is the seed experiment's format, word for word."""
+
+    model_config = ConfigDict(str_max_length=MAX_TEXT)
 
     instructions: str = Field(
         "Read the following multiple choice questions and answer them one by one. Your answer for each "
@@ -121,12 +177,14 @@ class PromptTemplate(Record):
 class SamplingSpec(Record):
     """Decoding settings. Greedy by default, so a job's results are reproducible."""
 
-    temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 is greedy.")
+    model_config = FINITE
+
+    temperature: float = Field(0.0, ge=0.0, le=100.0, description="Sampling temperature; 0 is greedy.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    max_tokens: int | None = Field(
-        None, ge=1, description="Output token limit; derived from the batch size when not set."
+    max_tokens: Int | None = Field(
+        None, ge=1, le=INT32_MAX, description="Output token limit; derived from the batch size when not set."
     )
-    seed: int | None = Field(None, description="Sampling seed for non-greedy decoding.")
+    seed: Int | None = Field(None, ge=0, le=INT64_MAX, description="Sampling seed for non-greedy decoding.")
 
     def max_tokens_for(self, batch_size: int, *, answer_mode: AnswerMode) -> int:
         """The output budget for one prompt of `batch_size` questions.
@@ -143,17 +201,20 @@ class SamplingSpec(Record):
 class EngineOptions(Record):
     """How the engine is started. Only `name` matters to the fake engine."""
 
+    model_config = FINITE
+
     name: EngineName = Field(EngineName.vllm, description="`vllm` (GPU or CPU build) or `fake` (tests).")
-    tensor_parallel_size: int = Field(
+    tensor_parallel_size: Int = Field(
         1, ge=1, le=64, description="GPUs one engine spans; the actor reserves this many GPUs."
     )
     dtype: str = Field(
         "auto",
         description="Weights/activations dtype. `auto`: the model's on GPU, float32 on CPU.",
     )
-    max_model_len: int | None = Field(
+    max_model_len: Int | None = Field(
         None,
         ge=16,
+        le=INT32_MAX,
         description="Context length. Unset at submit, vLLM jobs get the longest prompt plus its answer "
         "budget, rounded up to a power of two (never above the model's own).",
     )
@@ -162,8 +223,16 @@ class EngineOptions(Record):
     )
     extra: dict[str, ExtraValue] = Field(
         default_factory=dict,
+        max_length=100,
         description="Further keyword arguments for `vllm.LLM` (e.g. `enable_prefix_caching: true`).",
     )
+
+    @field_validator("dtype")
+    @classmethod
+    def _check_dtype(cls, value: str) -> str:
+        if value not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (got {value[:40]!r})")
+        return value
 
 
 class FakeSpec(Record):
@@ -179,6 +248,8 @@ class FakeSpec(Record):
     question and prompt parts depend only on the content, so two fakes with different seeds answer the same
     trials with correlated answers, as two checkpoints of one model do.
     """
+
+    model_config = FINITE
 
     first: float = Field(0.25, ge=0.0, le=1.0, description="Probability of a correct answer at position 1.")
     last: float = Field(0.55, ge=0.0, le=1.0, description="Probability of a correct answer at position N.")
@@ -198,7 +269,7 @@ class FakeSpec(Record):
         None, description="Seed of the fake's own noise; the job's seed when not set (see the class)."
     )
     malformed: float = Field(0.0, ge=0.0, le=1.0, description="Rate of unparseable answer lines.")
-    delay_s: float = Field(0.0, ge=0.0, description="Seconds the fake engine sleeps per prompt.")
+    delay_s: float = Field(0.0, ge=0.0, le=60.0, description="Seconds the fake engine sleeps per prompt.")
     as_gpu: bool = Field(
         False,
         description="Reserve for the fake's actor what a vLLM engine on GPUs reserves "
@@ -229,21 +300,37 @@ class FakeSpec(Record):
 class JobSpec(Record):
     """One evaluation: a model, a dataset, and the batch sizes to measure it at."""
 
+    model_config = FINITE
+
     model: str = Field(
-        description="Hugging Face id, local model folder, or a .gguf file (then give `tokenizer`)."
+        min_length=1,
+        max_length=500,
+        description="Hugging Face id, local model folder, or a .gguf file (then give `tokenizer`).",
     )
-    revision: str | None = Field(None, description="Model revision (branch, tag or commit) on the hub.")
+    revision: str | None = Field(
+        None, min_length=1, max_length=200, description="Model revision (branch, tag or commit) on the hub."
+    )
     tokenizer: str | None = Field(
-        None, description="Tokenizer id or folder, when it is not the model's own (GGUF files)."
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Tokenizer id or folder, when it is not the model's own (GGUF files).",
     )
     dataset: DatasetSpec = Field(default_factory=DatasetSpec, description="Where the questions come from.")
-    batch_sizes: tuple[int, ...] = Field(
-        (1, 5, 10, 20, 50), description=f"Questions per prompt (N), each 1..{MAX_BATCH_SIZE}."
+    batch_sizes: tuple[Int, ...] = Field(
+        (1, 5, 10, 20, 50),
+        max_length=MAX_BATCH_SIZE,
+        description=f"Questions per prompt (N), each 1..{MAX_BATCH_SIZE}.",
     )
-    iterations: int = Field(
+    iterations: Int = Field(
         100, ge=1, le=1_000_000, description="Trials per batch size (sets of questions sampled)."
     )
-    seed: int = Field(0, description="Seed for sampling questions; the same spec gives the same trials.")
+    seed: Int = Field(
+        0,
+        ge=-INT64_MAX,
+        le=INT64_MAX,
+        description="Seed for sampling questions; the same spec gives the same trials.",
+    )
     design: Design = Field(
         Design.random,
         description="`random`: each trial samples N distinct questions. `rotation`: each sampled set is "
@@ -265,24 +352,51 @@ class JobSpec(Record):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec, description="Decoding settings.")
     engine: EngineOptions = Field(default_factory=EngineOptions, description="Engine settings.")
     fake: FakeSpec = Field(default_factory=FakeSpec, description="Fake engine behaviour (engine `fake`).")
-    priority: int = Field(0, description="Higher runs first.")
-    max_attempts: int = Field(3, ge=1, le=100, description="Tries per shard before it is dead.")
-    shard_size: int | None = Field(
-        None, ge=1, description="Trials per shard; chosen from the batch size when not set."
+    priority: Int = Field(0, ge=-INT32_MAX, le=INT32_MAX, description="Higher runs first.")
+    max_attempts: Int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Failed tries per shard before it is dead (a try counts when the shard itself failed, "
+        "not when its dispatcher died).",
     )
+    shard_size: Int | None = Field(
+        None, ge=1, le=1_000_000, description="Trials per shard; chosen from the batch size when not set."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_texts(cls, data: Any) -> Any:
+        # Every text, wherever it sits: PostgreSQL refuses NUL in text and JSON, and SQLite would keep it,
+        # so a spec SQLite takes would fail on PostgreSQL.
+        for where, text in _texts(data, ()):
+            if "\x00" in text:
+                raise ValueError(f"{where or 'spec'}: text holds a NUL character (\\x00); remove it")
+            if len(text) > MAX_TEXT:
+                raise ValueError(f"{where or 'spec'}: text longer than {MAX_TEXT:,} characters")
+        return data
+
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("name a model (a hub id, a folder, a .gguf file or `demo`)")
+        return value
 
     @field_validator("batch_sizes", mode="before")
     @classmethod
     def _parse_batch_sizes(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"batch sizes must be integers, e.g. [1, 5, 10] (got {value!r})")
         if isinstance(value, int):
             return (value,)
         if isinstance(value, str):
-            try:
-                return tuple(int(part) for part in value.split(",") if part.strip())
-            except ValueError:
+            parts = [part.strip() for part in value.split(",") if part.strip()]
+            if not all(part.isascii() and part.isdecimal() for part in parts):
                 raise ValueError(
-                    f"batch sizes must be comma-separated integers, e.g. 1,5,10 (got {value!r})"
-                ) from None
+                    f"batch sizes must be comma-separated integers, e.g. 1,5,10 (got {value[:80]!r})"
+                )
+            return tuple(int(part) for part in parts)
         return value
 
     @field_validator("batch_sizes")
@@ -333,20 +447,8 @@ class JobSpec(Record):
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> JobSpec:
         """Load a spec from YAML or JSON; `overrides` (e.g. CLI flags) replace the file's values."""
-        file = Path(path)
-        try:
-            text = file.read_text()
-        except OSError as exc:
-            raise PosbiasError(f"cannot read spec file {file}: {exc.strerror}") from None
-        try:
-            data = yaml.safe_load(text) if file.suffix.lower() != ".json" else json.loads(text)
-        except (yaml.YAMLError, json.JSONDecodeError) as exc:
-            raise PosbiasError(f"spec file {file} is not valid YAML/JSON: {one_line(exc)}") from None
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise PosbiasError(f"spec file {file} must hold a mapping of fields, e.g. `model: ...`")
-        return cls.build(_merge(data, overrides), source=str(file))
+        data = read_spec_file(path)
+        return cls.build(_merge(data, overrides), source=str(path))
 
     @classmethod
     def build(cls, data: dict[str, Any], *, source: str = "spec") -> JobSpec:
@@ -355,6 +457,148 @@ class JobSpec(Record):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise PosbiasError(f"invalid {source}: {describe_validation_error(exc)}") from None
+
+
+def read_spec_file(path: str | Path, *, what: str = "spec file") -> dict[str, Any]:
+    """The mapping a YAML or JSON spec file holds (`.json` is read as JSON, anything else as YAML).
+
+    Only a regular file of at most `MAX_SPEC_BYTES` is read (a FIFO would block, a device never end), as
+    UTF-8; YAML is read by the rules of YAML 1.2 (`1:30` is text, not 90; only `true`/`false` are booleans).
+    Nesting beyond `MAX_SPEC_DEPTH` or more than `MAX_SPEC_VALUES` values are refused. Every problem is a
+    `PosbiasError` naming the file.
+    """
+    file = Path(path)
+    text = _read_text(file, what=what, limit=MAX_SPEC_BYTES)
+    try:
+        is_json = file.suffix.lower() == ".json"
+        data = json.loads(text) if is_json else yaml.load(text, Loader=_SpecLoader)
+    except (yaml.YAMLError, ValueError) as exc:
+        raise PosbiasError(f"{what} {file} is not valid YAML/JSON: {one_line(exc)}") from None
+    except RecursionError:
+        raise PosbiasError(f"{what} {file} nests too deeply (at most {MAX_SPEC_DEPTH} levels)") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PosbiasError(f"{what} {file} must hold a mapping of fields, e.g. `model: ...`")
+    problem = check_shape(data)
+    if problem:
+        raise PosbiasError(f"{what} {file}: {problem}")
+    return data
+
+
+def _read_text(file: Path, *, what: str, limit: int) -> str:
+    try:
+        # Non-blocking, so that opening a FIFO returns at once instead of waiting for a writer; the checks
+        # are on the open file, so what is read is what was checked.
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    except IsADirectoryError:
+        raise PosbiasError(f"{what} {file} is a folder; give a YAML or JSON file") from None
+    except OSError as exc:
+        raise PosbiasError(f"cannot read {what} {file}: {exc.strerror or one_line(exc)}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise PosbiasError(f"{what} {file} is a folder; give a YAML or JSON file")
+        if not stat.S_ISREG(info.st_mode):
+            raise PosbiasError(
+                f"{what} {file} is not a regular file (a device or pipe); give a YAML or JSON file"
+            )
+        if info.st_size > limit:
+            raise PosbiasError(f"{what} {file} is {info.st_size:,} bytes; a spec is at most {limit:,} bytes")
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the handle owns it now
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise PosbiasError(f"cannot read {what} {file}: {exc.strerror or one_line(exc)}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > limit:
+        raise PosbiasError(f"{what} {file} is over {limit:,} bytes; a spec is at most {limit:,} bytes")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PosbiasError(
+            f"{what} {file} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it "
+            "as UTF-8"
+        ) from None
+
+
+def check_shape(data: Any) -> str | None:
+    """Why `data` (parsed YAML or JSON) is too deep or too large to be a spec; None when it is not."""
+    budget = MAX_SPEC_VALUES
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return f"more than {MAX_SPEC_VALUES:,} values (a YAML alias counts each time it is used)"
+        if isinstance(value, dict | list | tuple):
+            if depth >= MAX_SPEC_DEPTH:
+                return f"nests more than {MAX_SPEC_DEPTH} levels deep"
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                stack.append((key, depth + 1))
+                stack.append((item, depth + 1))
+    return None
+
+
+def _texts(value: Any, where: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    """Every text in `value` (keys too) with where it sits (`dataset.name`)."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, where)]
+    seen = 0
+    while stack and seen <= MAX_SPEC_VALUES:
+        item, at = stack.pop()
+        seen += 1
+        if isinstance(item, str):
+            yield ".".join(at), item
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                name = str(key)[:40]
+                if isinstance(key, str):
+                    yield ".".join((*at, name)), key
+                stack.append((inner, (*at, name)))
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, (*at, str(number))) for number, inner in enumerate(item))
+        elif isinstance(item, Record):
+            stack.append((item.model_dump(), at))
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's core schema for plain scalars.
+
+    PyYAML implements YAML 1.1, where `1:30` is the sexagesimal 90, `010` is octal 8 and `yes`/`on`/`no`/
+    `off` are booleans: `iterations: 1:30` would silently run 90 iterations. YAML 1.2 (and every other
+    modern parser) reads those as text or decimal.
+    """
+
+
+_BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in {_BOOL, _INT, _FLOAT}]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_SpecLoader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
+_SpecLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def _yaml12_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    text = str(loader.construct_scalar(node))  # type: ignore[arg-type]
+    if text.startswith(("0o", "0x")):
+        return int(text, 0)
+    return int(text, 10)
+
+
+_SpecLoader.add_constructor(_INT, _yaml12_int)
 
 
 class RotationCostWarning(UserWarning):

@@ -32,7 +32,7 @@ class ShardStatus(StrEnum):
     leased = "leased"
     done = "done"
     dead = "dead"
-    """Failed `max_attempts` times; its last error is kept."""
+    """Failed `max_attempts` times (or its leases lapsed `MAX_LAPSES` times); its last error is kept."""
     cancelled = "cancelled"
     """Its job was cancelled; a late result for it is discarded."""
 
@@ -110,8 +110,13 @@ class ShardRecord(Record):
     job_id: int = Field(description="Its job.")
     index: int = Field(description="0-based index within the job.")
     status: ShardStatus = Field(description="Where it stands in the queue.")
-    attempts: int = Field(description="Attempts charged so far.")
-    max_attempts: int = Field(description="Attempts allowed before it is dead.")
+    attempts: int = Field(
+        description="Failed attempts so far: its engine call failed, or its worker died running it."
+    )
+    max_attempts: int = Field(description="Failed attempts allowed before it is dead.")
+    lapses: int = Field(
+        0, description="Leases that lapsed without a result (its dispatcher died); not attempts."
+    )
     lease_owner: str | None = Field(description="The dispatcher holding its lease, while leased.")
     lease_expires_at: datetime | None = Field(description="When that lease lapses without a heartbeat.")
     finished_at: datetime | None = Field(description="When it became done, dead or cancelled.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from posbias.schemas.curve import Interval
 from posbias.schemas.record import Record
@@ -87,6 +87,8 @@ class RegressionRule(Record):
     the checks and batch sizes, so a checkpoint as good as its baseline is flagged with probability at most
     1 - `confidence` in all. Matched trials are compared paired (service/comparison.py).
     """
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     max_drop: float | None = Field(
         None,

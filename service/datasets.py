@@ -15,8 +15,11 @@ import contextlib
 import csv
 import hashlib
 import json
+import re
 import socket
+import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -29,6 +32,17 @@ DEFAULT_SUBJECT = "default"
 MMLU_FIX = "set POSBIAS_MMLU_DIR to a local MMLU copy or pass dataset.path"
 HUB_PROBE_TIMEOUT_S = 3.0
 FILE_SUFFIXES = (".csv", ".json", ".jsonl", ".parquet")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+"""A Hugging Face dataset id: `name` or `owner/name`."""
+MAX_SUBJECT = 200
+"""Characters of a subject at most (the stores' subject columns)."""
+LAYOUTS = (
+    "a list of texts (the answer a 0-based index or a letter), a mapping of labels to texts, or parallel "
+    "`label` and `text` lists (the answer then a label)"
+)
+"""The layouts of a choices column posbias reads."""
+_TEXT_KEYS = ("text", "texts")
+_LABEL_KEYS = ("label", "labels")
 
 # The hub names MMLU's validation split `validation`; the release files call it `val`.
 _SPLIT_ALIASES = {"val": "validation", "validation": "val"}
@@ -40,6 +54,19 @@ def question_id(subject: str, question: str, choices: Sequence[str]) -> str:
     return f"{subject}/{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
 
 
+def looks_local(name: str) -> bool:
+    """True when `name` is meant as a local path: it exists, starts like a path (`/`, `./`, `~`), ends in a
+    data file's suffix, or is not a hub id (`name` or `owner/name`)."""
+    if name.startswith(("/", "./", "../", "~", ".\\")) or name in {".", ".."}:
+        return True
+    if Path(name).suffix.lower() in FILE_SUFFIXES:
+        return True
+    with contextlib.suppress(OSError, ValueError):
+        if Path(name).expanduser().exists():
+            return True
+    return not HUB_ID.match(name)
+
+
 def load_questions(dataset: DatasetSpec, *, mmlu_dir: Path | None) -> QuestionPool:
     """Load the questions `dataset` names, filtered to its subjects.
 
@@ -48,8 +75,12 @@ def load_questions(dataset: DatasetSpec, *, mmlu_dir: Path | None) -> QuestionPo
     cannot be found or read, or when a subject is unknown.
     """
     local = Path(dataset.path).expanduser() if dataset.path else None
+    if local is None and not dataset.is_mmlu and looks_local(dataset.name):
+        local = Path(dataset.name).expanduser()  # `name: ./questions.csv` is a file, not a hub id
     if dataset.is_mmlu and local is None and mmlu_dir is not None:
         local = Path(mmlu_dir).expanduser()
+    if local is not None and not dataset.is_mmlu and not local.exists():
+        raise PosbiasError(f"dataset file {local} does not exist; check the path (or name a hub dataset id)")
     if local is not None:
         if dataset.is_mmlu and (local.is_dir() or not local.suffix):
             questions, source = _read_mmlu_dir(local, split=dataset.split)
@@ -132,6 +163,8 @@ def _mmlu_csv(file: Path, *, suffix: str) -> Iterator[Question]:
                         f"{file}:{line}: expected question, options and answer letter, got {len(row)} columns"
                     )
                 where = f"{file}:{line}"
+                if any("\x00" in cell for cell in row):
+                    raise PosbiasError(f"{where}: holds a NUL character, which the stores cannot keep")
                 choices = _trim_choices(row[1:-1])
                 yield _question(subject, row[0], choices, _answer_index(row[-1], len(choices), where), where)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
@@ -190,12 +223,16 @@ def _reachable(endpoint: str) -> bool:
 
 def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str]:
     suffix = file.suffix.lower()
+    try:
+        mode = file.stat().st_mode
+    except OSError:
+        raise PosbiasError(f"dataset file {file} does not exist; give an existing file or folder") from None
+    if not stat.S_ISREG(mode):
+        raise PosbiasError(f"dataset file {file} is not a regular file (a device or pipe); give a data file")
     if suffix not in FILE_SUFFIXES:
         raise PosbiasError(
             f"dataset.path {file}: unsupported file type; use one of {', '.join(FILE_SUFFIXES)}"
         )
-    if not file.is_file():
-        raise PosbiasError(f"dataset.path {file} does not exist; give an existing file or folder")
     try:
         if suffix == ".csv":
             rows: Iterable[Mapping[str, Any]] = _csv_rows(file, dataset=dataset)
@@ -208,8 +245,14 @@ def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str
 
             rows = pq.read_table(file).to_pylist()
         return _questions(rows, columns=dataset, where=str(file)), f"{file}"
-    except (OSError, UnicodeDecodeError, csv.Error, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise PosbiasError(
+            f"dataset file {file} is not UTF-8 text (byte at offset {exc.start}); save it as UTF-8"
+        ) from None
+    except (OSError, csv.Error, ValueError) as exc:
         raise PosbiasError(f"cannot read dataset.path {file}: {one_line(exc)}") from None
+    except RecursionError:
+        raise PosbiasError(f"cannot read dataset.path {file}: its JSON nests too deeply") from None
     except Exception as exc:
         if type(exc).__module__.startswith("pyarrow"):
             raise PosbiasError(f"cannot read dataset.path {file}: {one_line(exc)}") from None
@@ -268,11 +311,20 @@ def _questions(rows: Iterable[Mapping[str, Any]], *, columns: DatasetSpec, where
         text = row.get(columns.question_column)
         if not isinstance(text, str):
             raise PosbiasError(f"{at}: the question ({columns.question_column}) is not text")
-        choices = _trim_choices(_choice_list(row.get(choices_key), at=at, column=choices_key))
+        options = read_choices(row.get(choices_key), at=at, column=choices_key)
         subject = row.get(subject_key) if subject_key else None
         subject = str(subject) if subject not in (None, "") else DEFAULT_SUBJECT
-        answer = _answer_index(row.get(columns.answer_column), len(choices), at)
-        out.append(_question(subject, text, choices, answer, at))
+        if len(subject) > MAX_SUBJECT:
+            raise PosbiasError(f"{at}: the subject is longer than {MAX_SUBJECT} characters")
+        answer = options.answer_index(row.get(columns.answer_column), at=at)
+        for value, what in (
+            (text, "question"),
+            (subject, "subject"),
+            *((c, "an option") for c in options.texts),
+        ):
+            if "\x00" in value:
+                raise PosbiasError(f"{at}: {what} holds a NUL character, which the stores cannot keep")
+        out.append(_question(subject, text, options.texts, answer, at))
     return out
 
 
@@ -292,16 +344,101 @@ def _check_columns(row: Mapping[str, Any], *, columns: DatasetSpec, where: str) 
             )
 
 
-def _choice_list(value: Any, *, at: str, column: str) -> list[str]:
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        with contextlib.suppress(json.JSONDecodeError):  # not JSON after all: reported just below
+@dataclass(frozen=True)
+class Choices:
+    """One question's options as read from its choices column, and their labels when the layout has them."""
+
+    texts: list[str]
+    labels: list[str] | None = None
+    """The option labels (`A`, `B`, ... or whatever the data uses) of a labelled layout; None for a plain
+    list, whose answer is an index or a letter."""
+
+    def answer_index(self, value: Any, *, at: str) -> int:
+        """The 0-based index of the gold option `value`: a label of a labelled layout, else an index or a
+        letter."""
+        if self.labels is None:
+            return _answer_index(value, len(self.texts), at)
+        key = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else None
+        if key is None or key not in self.labels:
+            shown = ", ".join(self.labels[:10])
+            raise PosbiasError(f"{at}: answer {value!r} is not one of the option labels ({shown})")
+        index = self.labels.index(key)
+        if index >= len(self.texts):
+            raise PosbiasError(f"{at}: answer {value!r} names an empty option")
+        return index
+
+
+def read_choices(value: Any, *, at: str, column: str) -> Choices:
+    """A question's options in any of `LAYOUTS`, detected from the value itself; anything else is a
+    `PosbiasError` naming the column and the layouts posbias reads."""
+    if isinstance(value, str) and value.lstrip().startswith(("[", "{")):
+        with contextlib.suppress(ValueError, RecursionError):  # not JSON after all: reported just below
             value = json.loads(value)
+    if isinstance(value, Mapping):
+        return _labelled(value, at=at, column=column)
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise PosbiasError(
-            f"{at}: the options ({column}) are not a list; for a CSV, name the option columns, e.g. "
-            "dataset.choices_column: A,B,C,D"
+            f"{at}: the options ({column}) are {_kind(value)}, not one of the layouts posbias reads: "
+            f"{LAYOUTS}; for a CSV, name the option columns, e.g. dataset.choices_column: A,B,C,D"
         )
-    return ["" if choice is None else str(choice) for choice in value]
+    return Choices(texts=_trim_choices(_texts(list(value), at=at, column=column)))
+
+
+def _labelled(value: Mapping[Any, Any], *, at: str, column: str) -> Choices:
+    keys = {str(key).lower(): key for key in value}
+    text_key = next((keys[k] for k in _TEXT_KEYS if k in keys), None)
+    label_key = next((keys[k] for k in _LABEL_KEYS if k in keys), None)
+    if text_key is not None and len(value) <= 2 and (label_key is not None or len(value) == 1):
+        # Parallel lists, as many hub datasets store them: {"label": ["A", ...], "text": ["...", ...]}.
+        texts = value[text_key]
+        labels = value[label_key] if label_key is not None else None
+        if isinstance(texts, str) or not isinstance(texts, Iterable):
+            raise PosbiasError(f"{at}: {column}.{text_key} is {_kind(texts)}, not a list of option texts")
+        texts = _texts(list(texts), at=at, column=f"{column}.{text_key}")
+        if labels is None:
+            return Choices(texts=_trim_choices(texts))
+        if isinstance(labels, str) or not isinstance(labels, Iterable):
+            raise PosbiasError(f"{at}: {column}.{label_key} is {_kind(labels)}, not a list of option labels")
+        names = [str(label).strip() for label in labels]
+        if len(names) != len(texts):
+            raise PosbiasError(
+                f"{at}: {column} has {len(names)} labels for {len(texts)} option texts; they must pair up"
+            )
+        if len(set(names)) != len(names):
+            raise PosbiasError(f"{at}: {column} repeats an option label ({', '.join(names[:10])})")
+        return Choices(texts=_trim_choices(texts), labels=names)
+    if value and all(isinstance(text, str) or text is None for text in value.values()):
+        # Labels to texts: {"A": "...", "B": "...", ...}, in the mapping's order.
+        names = [str(label).strip() for label in value]
+        texts = _texts(list(value.values()), at=at, column=column)
+        return Choices(texts=_trim_choices(texts), labels=names)
+    raise PosbiasError(
+        f"{at}: the options ({column}) are a mapping with keys {', '.join(map(str, list(value)[:6]))}, not "
+        f"one of the layouts posbias reads: {LAYOUTS}"
+    )
+
+
+def _texts(values: list[Any], *, at: str, column: str) -> list[str]:
+    texts = []
+    for value in values:
+        if isinstance(value, Mapping | list | tuple):
+            raise PosbiasError(
+                f"{at}: an option in {column} is {_kind(value)}, not text; posbias reads {LAYOUTS}"
+            )
+        texts.append("" if value is None else str(value))
+    return texts
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "missing"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
 
 
 def _trim_choices(choices: Sequence[str]) -> list[str]:
@@ -323,7 +460,7 @@ def _answer_index(value: Any, n_choices: int, at: str) -> int:
         index = int(value)
     elif isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
+        if text.isascii() and text.isdecimal():  # `³` passes isdigit() but is not a number
             index = int(text)
         elif len(text) == 1 and text.isalpha() and text.isascii():
             index = ord(text.upper()) - ord("A")

@@ -1,11 +1,16 @@
 """The dispatcher: a Ray driver that feeds shards from the SQL queue to model pools and writes the results.
 
-One loop, no threads: recover expired leases, lease shards (preferring models already loaded), send them to
-actors (several shards to one engine call, see `service/pools.py`), wait on Ray, write each result through
-`queue.complete`, heartbeat what is in flight. On SIGTERM or Ctrl-C it stops leasing, lets in-flight
-shards finish (up to a grace period), releases the rest, and exits. Several dispatchers can share one
-PostgreSQL queue: leases make every shard one dispatcher's at a time, and the store writes a shard only while
-its lease is held.
+One loop, no threads: recover expired leases (and those of dispatchers on this machine whose process is
+gone), lease shards (preferring models already loaded), send them to actors (several shards to one engine
+call, see `service/pools.py`), wait on Ray, write each result through `queue.complete`, heartbeat what is in
+flight. On SIGTERM or Ctrl-C it stops leasing, lets in-flight shards finish (up to a grace period), releases
+the rest, and exits. Several dispatchers can share one PostgreSQL queue: leases make every shard one
+dispatcher's at a time, and the store writes a shard only while its lease is held.
+
+A store that fails (a PostgreSQL restart, a full disk, a read-only store) is waited out: the dispatcher stops
+leasing, keeps the results of what was in flight, and tries the store again with a growing pause; once the
+store takes a write it carries on. If it stays unusable for `store_outage_seconds`, the dispatcher exits with
+one line; the leases it held lapse and any dispatcher reruns those shards.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
@@ -22,12 +28,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+from urllib.parse import urlparse
 
 import ray
+from sqlalchemy.exc import SQLAlchemyError
 
 from posbias.schemas import DispatchSummary, PosbiasError, ShardFailure, ShardResult, one_line
-from posbias.service import jobs, queue
-from posbias.service.database import Database
+from posbias.service import database, jobs, owners, queue, reaper
+from posbias.service.database import STORE_ERRORS, Database, DriverError, StoreError
 from posbias.service.pools import ModelPools
 from posbias.service.settings import Settings
 
@@ -40,6 +48,30 @@ class InFlight:
 
     lease: queue.Lease
     started: float
+
+
+@dataclass
+class Owed:
+    """A write the dispatcher owes the store (results, a failure, a release), kept while the store is down."""
+
+    write: Callable[[], object]
+    shards: int
+    """Shards it is about, for the message if the store never takes it."""
+
+
+@dataclass
+class Outage:
+    """The store has been failing since `since` (monotonic seconds)."""
+
+    since: float
+    reason: str
+    retry_at: float
+    pause: float
+
+
+OUTAGE_FIRST_PAUSE = 0.5
+OUTAGE_MAX_PAUSE = 10.0
+"""Seconds between tries at a failing store: doubling from the first to the most."""
 
 
 @dataclass
@@ -61,20 +93,34 @@ class Tally:
 
 def default_owner(settings: Settings) -> str:
     """This dispatcher's lease owner name: unique per process even on one host."""
-    return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    return settings.worker_id or f"{socket.gethostname()[:150]}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 RAY_CLIENT_ATTEMPTS = 3
 """Tries at a Ray Client connection that the cluster answers but cannot set up (see `init_ray`)."""
+RAY_PROBE_SECONDS = 5.0
+"""How long the TCP connection to a Ray address may take before it counts as unreachable."""
+RAY_HINT = "start it with `ray start --head`, or use --ray-address local"
 
 
 def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
-    """Connect to the Ray cluster named by `settings.ray_address` (`local` starts one in this process)."""
+    """Connect to the Ray cluster named by `settings.ray_address` (`local` starts one in this process),
+    within `settings.ray_connect_seconds`.
+
+    An address is first reached over TCP, so one that nothing listens on is an error at once, not a wait:
+    Ray itself retries a GCS address for as long as it is given. The Ray processes a local start creates
+    are handed to a reaper (`service/reaper.py`), so they do not outlive this process however it ends.
+    """
     if ray.is_initialized():
         return
+    address = settings.ray_address
+    if address not in {"local", "auto"}:
+        _probe(address, seconds=min(RAY_PROBE_SECONDS, settings.ray_connect_seconds))
+    deadline = time.monotonic() + settings.ray_connect_seconds
     for attempt in range(1, RAY_CLIENT_ATTEMPTS + 1):
         try:
-            if settings.ray_address == "local":
+            if address == "local":
+                before = set(reaper.children())
                 ray.init(
                     address="local",
                     num_cpus=num_cpus or os.cpu_count() or 1,
@@ -82,8 +128,16 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
                     log_to_driver=settings.debug,
                     configure_logging=False,
                 )
+                reaper.watch([pid for pid in reaper.children() if pid not in before])
+            elif address == "auto" or address.startswith("ray://"):
+                # Ray Client has its own connection timeout; `auto` finds a node on this machine or fails.
+                ray.init(address=address, log_to_driver=settings.debug, configure_logging=False)
             else:
-                ray.init(address=settings.ray_address, log_to_driver=settings.debug, configure_logging=False)
+                _within(
+                    lambda: ray.init(address=address, log_to_driver=settings.debug, configure_logging=False),
+                    seconds=deadline - time.monotonic(),
+                    address=address,
+                )
             return
         except ConnectionAbortedError as exc:
             # Ray Client's server answered but could not start this client's session: on a head that has
@@ -105,8 +159,68 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
         except ConnectionError as exc:
             raise PosbiasError(
                 f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc, typed=True)}); "
-                "start it with `ray start --head`, or use --ray-address local"
+                f"{RAY_HINT}"
             ) from None
+        except (ValueError, RuntimeError) as exc:  # a malformed address, or a cluster Ray cannot join
+            raise PosbiasError(
+                f"cannot connect to the Ray cluster at {settings.ray_address!r} "
+                f"({one_line(exc, typed=True)}); {RAY_HINT}"
+            ) from None
+
+
+def _probe(address: str, *, seconds: float) -> None:
+    """Raise `PosbiasError` unless a TCP connection to the Ray `address` (`host:port` or `ray://host:port`)
+    opens within `seconds`."""
+    url = urlparse(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = url.hostname, url.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise PosbiasError(
+            f"{address[:200]!r} is not a Ray address: give local, auto, host:port or ray://host:port"
+        )
+    try:
+        with socket.create_connection((host, port), timeout=seconds):
+            return
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc, typed=True)
+        raise PosbiasError(f"cannot reach the Ray cluster at {address!r} ({reason}); {RAY_HINT}") from None
+
+
+class _RayWorkerWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
+def _within(connect: Callable[[], object], *, seconds: float, address: str) -> None:
+    """Run `connect` (a `ray.init`), giving up after `seconds`: Ray keeps trying a GCS address that
+    answers TCP but not as Ray for as long as it is let. The abandoned attempt stays in a daemon thread."""
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            connect()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the calling thread
+            outcome.append(exc)
+
+    quiet = _RayWorkerWarnings()
+    logger = logging.getLogger("ray._private.worker")
+    logger.addFilter(quiet)
+    try:
+        thread = threading.Thread(target=attempt, name="ray-connect", daemon=True)
+        thread.start()
+        thread.join(max(seconds, 0.0))
+    finally:
+        logger.removeFilter(quiet)
+    if not outcome:
+        raise PosbiasError(
+            f"the Ray cluster at {address!r} did not answer within {max(seconds, 0):.0f} s (is it a Ray GCS "
+            f"address?); {RAY_HINT}, or raise POSBIAS_RAY_CONNECT_SECONDS"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 class Dispatcher:
@@ -128,9 +242,13 @@ class Dispatcher:
         self.owner = owner or default_owner(settings)
         self.pools = pools or ModelPools.from_settings(settings)
         self.job_ids = set(job_ids) if job_ids is not None else None
-        self.drain_seconds = settings.lease_seconds if drain_seconds is None else drain_seconds
+        self.drain_seconds = settings.drain_seconds if drain_seconds is None else drain_seconds
+        self.identity = owners.this_process()
         self._in_flight: dict[Any, list[InFlight]] = {}
         """The shards of every call sent to an actor and not yet collected, by the call's ref."""
+        self._owed: list[Owed] = []
+        """Writes the store has not taken yet, oldest first."""
+        self._outage: Outage | None = None
         self._stop_requests = 0
         self._stopping_since: float | None = None
         self._blocked = False
@@ -138,6 +256,11 @@ class Dispatcher:
         self._touched_jobs: set[int] = set()
         self._load_seconds: dict[str, float] = {}
         self._last_placement_check = 0.0
+        self._loading: set[str] = set()
+        """Models whose pool has no loaded actor yet: their engine cannot start anything soon, so nothing
+        beyond the shard that started the load is leased for them (others may run those shards meanwhile)."""
+        self.outages = 0
+        """Times the store failed and came back during this dispatcher's runs."""
 
     def request_stop(self) -> None:
         """Stop leasing; in-flight shards finish (or, on a second request, are released now)."""
@@ -149,6 +272,11 @@ class Dispatcher:
     def stopping(self) -> bool:
         return self._stop_requests > 0
 
+    @property
+    def store_down(self) -> bool:
+        """True while the store is failing and the dispatcher waits it out."""
+        return self._outage is not None
+
     def run(
         self,
         *,
@@ -157,11 +285,18 @@ class Dispatcher:
         on_written: Callable[[ShardResult], None] | None = None,
     ) -> DispatchSummary:
         """Dispatch until stopped, until there is no unfinished work (`until_empty`), or until `max_jobs`
-        jobs this dispatcher worked on have finished."""
+        jobs this dispatcher worked on have finished. `PosbiasError` when the store stays unusable for
+        `settings.store_outage_seconds`."""
         summary = Tally(owner=self.owner)
         started = time.monotonic()
         last_recover = 0.0
         last_heartbeat = time.monotonic()
+        try:
+            reclaimed = queue.register(self.db, self.owner, identity=self.identity)
+        except STORE_ERRORS as exc:
+            raise database.explain(exc, url=self.db.url) from exc
+        if reclaimed:
+            log.info("reclaimed %d shards of dispatchers on this machine that are gone", reclaimed)
         # Everything alive now (Ray, SQLAlchemy, the caller's plan) lives as long as the loop: out of the
         # collector's sight, a full collection scans only what the loop made. Each shard makes about a
         # thousand objects, and with the full heap in view collections cost about as much as leasing
@@ -171,20 +306,31 @@ class Dispatcher:
             try:
                 while True:
                     now = time.monotonic()
-                    if now - last_recover >= self.settings.poll_seconds * 5:
-                        queue.recover_expired(self.db)
-                        last_recover = now
-                    if not self.stopping:
-                        self._lease_and_submit()
-                    if self._should_exit(until_empty=until_empty, max_jobs=max_jobs, summary=summary):
-                        break
+                    if self._outage is not None:
+                        self._retry_store(summary, on_written=on_written)
+                    if self._outage is None:
+                        try:
+                            if now - last_recover >= self.settings.poll_seconds * 5:
+                                queue.reclaim_dead(self.db, machine=self.identity.machine)
+                                queue.recover_expired(self.db)
+                                last_recover = now
+                            if not self.stopping:
+                                self._lease_and_submit()
+                            if self._should_exit(until_empty=until_empty, max_jobs=max_jobs, summary=summary):
+                                break
+                            if time.monotonic() - last_heartbeat >= self.settings.heartbeat_seconds:
+                                self._heartbeat()
+                                last_heartbeat = time.monotonic()
+                        except STORE_ERRORS as exc:
+                            self._down(exc)
                     if self.stopping and self._drain_expired():
                         break
                     self._collect(summary, timeout=self.settings.poll_seconds, on_written=on_written)
-                    self._check_placement()
-                    if time.monotonic() - last_heartbeat >= self.settings.heartbeat_seconds:
-                        self._heartbeat()
-                        last_heartbeat = time.monotonic()
+                    if self._outage is None:
+                        try:
+                            self._check_placement()
+                        except STORE_ERRORS as exc:
+                            self._down(exc)
             finally:
                 self._release_in_flight()
                 summary.interrupted = self.stopping
@@ -210,11 +356,67 @@ class Dispatcher:
         """Kill the actors this dispatcher started."""
         self.pools.shutdown()
 
+    # --- the store, and waiting it out ----------------------------------------------------------------
+
+    def _owe(self, write: Callable[[], object], *, shards: int) -> None:
+        """Do `write` now, or as soon as the store takes it (keeping the order of writes)."""
+        self._owed.append(Owed(write=write, shards=shards))
+        if self._outage is None:
+            try:
+                self._pay()
+            except STORE_ERRORS as exc:
+                self._down(exc)
+
+    def _pay(self) -> None:
+        """Write what is owed, oldest first; stops at the first store error (raised)."""
+        while self._owed:
+            self._owed[0].write()
+            self._owed.pop(0)
+
+    def _down(self, exc: SQLAlchemyError | DriverError) -> None:
+        """The store failed: wait it out when it may recover, else stop with its error."""
+        error = database.explain(exc, url=self.db.url)
+        if not error.transient:
+            raise error from exc
+        now = time.monotonic()
+        if self._outage is None:
+            log.warning("the store failed (%s); not leasing until it works again", error)
+            self._outage = Outage(since=now, reason=str(error), retry_at=now + OUTAGE_FIRST_PAUSE, pause=1.0)
+            return
+        pause = min(self._outage.pause * 2, OUTAGE_MAX_PAUSE)
+        self._outage = Outage(since=self._outage.since, reason=str(error), retry_at=now + pause, pause=pause)
+
+    def _retry_store(self, summary: Tally, *, on_written: Callable[[ShardResult], None] | None) -> None:
+        """When the pause is over, try the store again: what is owed first, then a heartbeat (which also
+        shows the store is back). Raises `StoreError` once the outage has lasted too long."""
+        outage = self._outage
+        assert outage is not None
+        now = time.monotonic()
+        if now - outage.since > self.settings.store_outage_seconds:
+            unwritten = sum(owed.shards for owed in self._owed) + len(self._flights())
+            self._owed.clear()
+            raise StoreError(
+                f"gave up on the store after {now - outage.since:.0f} s: {outage.reason}; the results of "
+                f"{unwritten} shards were not written (their leases lapse and a dispatcher reruns them)",
+                problem=database.Problem.unreachable,
+            )
+        if now < outage.retry_at:
+            return
+        try:
+            self._pay()
+            self._heartbeat()
+        except STORE_ERRORS as exc:
+            self._down(exc)
+            return
+        log.warning("the store works again after %.0f s", now - outage.since)
+        self._outage = None
+        self.outages += 1
+
     # --- the loop's steps -----------------------------------------------------------------------------
 
     def _lease_and_submit(self) -> None:
         slots = self.pools.free_slots()
-        open_keys = sorted(key for key, free in slots.items() if free > 0)
+        open_keys = sorted(key for key, free in slots.items() if free > 0 and key not in self._loading)
         wanted = sum(slots[key] for key in open_keys)
         leases = self._lease(limit=wanted, model_keys=open_keys) if wanted else []
         # Shards of models not loaded here, one at a time: when the loaded models' queue is short, when
@@ -225,7 +427,12 @@ class Dispatcher:
             len(leases) < wanted or not slots or now - self._last_discovery >= self.settings.poll_seconds
         ):
             self._last_discovery = now
-            leases += self._lease(limit=1, exclude_model_keys=self.pools.loaded_keys())
+            try:
+                leases += self._lease(limit=1, exclude_model_keys=self.pools.loaded_keys())
+            except STORE_ERRORS:
+                if leases:  # already ours: give them back before the error stops the loop
+                    self._give_back([lease.shard_id for lease in leases])
+                raise
         if not leases:
             return
 
@@ -235,9 +442,14 @@ class Dispatcher:
             shard = lease.shard
             key = shard.model_key
             if key not in slots:
-                keep = queue.pending_model_keys(self.db) | self.pools.busy_keys()
+                try:
+                    keep = queue.pending_model_keys(self.db) | self.pools.busy_keys()
+                except STORE_ERRORS:
+                    keep = self.pools.busy_keys() | {lease.shard.model_key for lease in leases}
                 keep.discard(key)
                 placed = self.pools.ensure(shard, keep=keep)
+                if placed:
+                    self._loading.add(key)
                 error = self.pools.pool_error(key)
                 if error is not None:
                     self._fail_job(shard.job_id, error)
@@ -253,13 +465,18 @@ class Dispatcher:
             slots[key] -= 1
             by_key.setdefault(key, []).append(lease)
         if giveback:
-            queue.release(self.db, giveback, owner=self.owner)
+            self._give_back(giveback)
         started = time.monotonic()
         for group in by_key.values():
             flights = {lease.shard_id: InFlight(lease=lease, started=started) for lease in group}
             for call in self.pools.submit([lease.shard for lease in group]):
                 self._in_flight[call.ref] = [flights[shard.shard_id] for shard in call.shards]
             self._touched_jobs.update(lease.shard.job_id for lease in group)
+
+    def _give_back(self, shard_ids: list[int], *, reason: str | None = None) -> None:
+        """Release `shard_ids` to the queue, charging nothing, as soon as the store takes it."""
+        if shard_ids:
+            self._owe(lambda: queue.release(self.db, shard_ids, owner=self.owner, reason=reason), shards=0)
 
     def _lease(
         self,
@@ -297,6 +514,8 @@ class Dispatcher:
 
     def _loaded(self, ref: Any) -> None:
         event = self.pools.load_finished(ref)
+        if event.report is not None or event.error is not None or event.retry is not None:
+            self._loading.discard(event.model_key)
         if event.report is not None:
             log.info("loaded %s in %.1fs", event.report.model.name, event.report.seconds)
             seconds = self._load_seconds.get(event.model_key, 0.0)
@@ -304,7 +523,7 @@ class Dispatcher:
         if event.retry is not None:
             # A refusal a later attempt may not meet (GPU memory still held): the pool is gone, its shards
             # go back to the queue with the reason, and no job fails for it.
-            self._give_back(event.model_key, reason=event.retry)
+            self._give_back_model(event.model_key, reason=event.retry)
             self._blocked = False
         if event.error is not None:
             # The model cannot load: every job waiting on it fails with the loader's error, once, and the
@@ -328,19 +547,14 @@ class Dispatcher:
                 if error is not None:
                     self._fail_job(shard.job_id, error)
                 else:
-                    queue.fail(self.db, shard.shard_id, owner=self.owner, error=one_line(exc, typed=True))
+                    self._fail(shard.shard_id, one_line(exc, typed=True))
                 summary.shards_failed += 1
             return
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
             self.pools.done(ref, actor_failed=True)
             self._blocked = False
             for flight in flights:
-                queue.fail(
-                    self.db,
-                    flight.lease.shard.shard_id,
-                    owner=self.owner,
-                    error=f"worker died: {one_line(exc, typed=True)}",
-                )
+                self._fail(flight.lease.shard.shard_id, f"worker died: {one_line(exc, typed=True)}")
                 summary.shards_failed += 1
             return
         self.pools.done(ref, actor_failed=False)
@@ -348,12 +562,16 @@ class Dispatcher:
         results: list[ShardResult] = []
         for outcome in outcomes:
             if isinstance(outcome, ShardFailure):
-                queue.fail(self.db, outcome.shard_id, owner=self.owner, error=outcome.error)
+                self._fail(outcome.shard_id, outcome.error)
                 summary.shards_failed += 1
             else:
                 results.append(outcome)
-        if not results:
-            return
+        if results:
+            self._owe(lambda: self._complete(results, summary, on_written=on_written), shards=len(results))
+
+    def _complete(
+        self, results: list[ShardResult], summary: Tally, *, on_written: Callable[[ShardResult], None] | None
+    ) -> None:
         for result, written in zip(results, queue.complete(self.db, results, owner=self.owner), strict=True):
             if written.written:
                 summary.shards_written += 1
@@ -364,8 +582,11 @@ class Dispatcher:
                 summary.shards_discarded += 1
                 log.info("shard %s discarded: %s", result.shard_id, written.reason)
 
+    def _fail(self, shard_id: int, error: str) -> None:
+        self._owe(lambda: queue.fail(self.db, shard_id, owner=self.owner, error=error), shards=1)
+
     def _fail_job(self, job_id: int, error: str) -> None:
-        jobs.fail(self.db, job_id, error=error)
+        self._owe(lambda: jobs.fail(self.db, job_id, error=error), shards=0)
 
     def _check_placement(self) -> None:
         """Once a poll interval while some model waits for a node: make room by releasing models with no work
@@ -377,28 +598,26 @@ class Dispatcher:
         self.pools.release_idle(keep=queue.pending_model_keys(self.db) | self.pools.busy_keys())
         for stuck in self.pools.unplaced():
             flights = [flight for ref in stuck.refs for flight in self._in_flight.pop(ref, [])]
-            ids = [flight.lease.shard.shard_id for flight in flights]
-            queue.release(self.db, ids, owner=self.owner, reason=stuck.reason)
+            self._give_back([flight.lease.shard.shard_id for flight in flights], reason=stuck.reason)
             self._blocked = False
 
-    def _give_back(self, model_key: str, *, reason: str) -> None:
+    def _give_back_model(self, model_key: str, *, reason: str) -> None:
         """Return the in-flight shards of `model_key` to the queue with `reason`, without an attempt."""
         ids = []
         for ref, flights in list(self._in_flight.items()):
             if flights and flights[0].lease.shard.model_key == model_key:
                 ids += [flight.lease.shard.shard_id for flight in self._in_flight.pop(ref)]
-        queue.release(self.db, ids, owner=self.owner, reason=reason)
+        self._give_back(ids, reason=reason)
 
     def _flights(self) -> list[InFlight]:
         return [flight for call in self._in_flight.values() for flight in call]
 
     def _heartbeat(self) -> None:
         ids = [flight.lease.shard.shard_id for flight in self._flights()]
-        if ids:
-            queue.heartbeat(self.db, ids, owner=self.owner, lease_seconds=self.settings.lease_seconds)
+        queue.heartbeat(self.db, ids, owner=self.owner, lease_seconds=self.settings.lease_seconds)
 
     def _should_exit(self, *, until_empty: bool, max_jobs: int | None, summary: Tally) -> bool:
-        if self._in_flight:
+        if self._in_flight or self._owed:
             return False
         if self.stopping:
             return True
@@ -416,10 +635,20 @@ class Dispatcher:
         return self._stop_requests > 1 or time.monotonic() - self._stopping_since > self.drain_seconds
 
     def _release_in_flight(self) -> None:
-        if self._in_flight:
-            ids = [flight.lease.shard.shard_id for flight in self._flights()]
-            queue.release(self.db, ids, owner=self.owner)
-            self._in_flight.clear()
+        """On the way out: write what is owed, give back what is in flight, and deregister. With the store
+        down none of it can be done; the leases then lapse."""
+        ids = [flight.lease.shard.shard_id for flight in self._flights()]
+        self._in_flight.clear()
+        try:
+            if self._outage is None:
+                self._pay()
+            if ids:
+                queue.release(self.db, ids, owner=self.owner)
+            queue.deregister(self.db, self.owner)
+        except STORE_ERRORS as exc:
+            # The caller reports why the store failed; these leases lapse on their own.
+            log.info("could not release %d shards: %s", len(ids), database.explain(exc, url=self.db.url))
+        self._owed.clear()
 
     @contextmanager
     def _signals(self) -> Iterator[None]:

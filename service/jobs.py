@@ -23,6 +23,7 @@ from posbias.schemas import (
     JobStatus,
     NotFoundError,
     Plan,
+    PosbiasError,
     ShardRecord,
     ShardStatus,
     Submitted,
@@ -32,6 +33,9 @@ from posbias.service import queue, tables
 from posbias.service.database import IN_CHUNK, Database, dialect_insert, now_utc
 from posbias.service.shards import load_spec
 from posbias.service.tables import Job, Shard
+
+MAX_KEY = 200
+"""Characters of an idempotency key at most (the column's width)."""
 
 
 def _not_found(job_id: int) -> NotFoundError:
@@ -48,6 +52,12 @@ def submit(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | No
     race); a different spec under the same key is a `ConflictError`.
     """
     _check_plan(plan)
+    if idempotency_key is not None and (
+        not idempotency_key.strip() or len(idempotency_key) > MAX_KEY or "\x00" in idempotency_key
+    ):
+        raise PosbiasError(
+            f"an idempotency key is 1 to {MAX_KEY} characters of text (got {len(idempotency_key)} characters)"
+        )
     spec_hash = spec.spec_hash()
     try:
         with db.write() as session:
@@ -332,6 +342,7 @@ def shards(db: Database, job_id: int) -> list[ShardRecord]:
                 status=s.status,
                 attempts=s.attempts,
                 max_attempts=s.max_attempts,
+                lapses=s.lapses,
                 lease_owner=s.lease_owner,
                 lease_expires_at=s.lease_expires_at,
                 finished_at=s.finished_at,

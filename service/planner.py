@@ -8,6 +8,8 @@ trials. Option shuffling draws from a stream of its own, so turning it on keeps 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from posbias.schemas import Design, JobSpec, Plan, PlannedShard, QuestionPool, Trial
@@ -18,18 +20,24 @@ QUESTIONS_PER_SHARD = 500
 N = 50, 500 at N = 1) keeps a lost lease cheap (minutes, not hours); an actor answers up to
 `service.pools.SHARDS_PER_CALL` shards of one model in one engine call, so small shards still batch well."""
 
+PROGRESS_EVERY = 10_000
+"""Trials between two progress calls of `plan`."""
+
 _SAMPLE_STREAM = 0
 _SHUFFLE_STREAM = 1
 
 
-def plan(spec: JobSpec, *, pool: QuestionPool) -> Plan:
+def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int], None] | None = None) -> Plan:
     """All trials of `spec`, grouped into shards, with the questions they use.
 
     Trial indices run 0..T-1 over the batch sizes in ascending order. `random` samples N distinct
     questions per iteration; `rotation` samples N per iteration and shows them N times, rotated so every
     question sits at every position once. Each shard holds trials of one batch size. Raises `PosbiasError`
-    when a batch size exceeds the pool.
+    when a batch size exceeds the pool. `on_progress(trials planned, total)` is called every
+    `PROGRESS_EVERY` trials, and once at the end.
     """
+    total = spec.total_trials
+    reported = 0
     check_pool(spec, pool=pool)
     ordered = sorted(pool.questions, key=lambda question: question.id)
     ids = [question.id for question in ordered]
@@ -61,11 +69,16 @@ def plan(spec: JobSpec, *, pool: QuestionPool) -> Plan:
                         rotation=rotation,
                     )
                 )
+            if on_progress is not None and len(trials) - reported >= PROGRESS_EVERY:
+                reported = len(trials)
+                on_progress(reported, total)
         size = shard_size(spec, batch_size=batch_size)
         for start in range(first, len(trials), size):
             stop = min(start + size, len(trials))
             shards.append(PlannedShard(index=len(shards), trial_indices=tuple(range(start, stop))))
 
+    if on_progress is not None:
+        on_progress(len(trials), total)
     used = sorted({qid for trial in trials for qid in trial.question_ids})
     by_id = {question.id: question for question in ordered}
     return Plan(trials=tuple(trials), shards=tuple(shards), questions={qid: by_id[qid] for qid in used})

@@ -1,8 +1,18 @@
 """The SQL job queue: a shard's whole life, and the only module that assigns a shard's status.
 
-A shard moves `queued -> leased -> done`; a failed or expired lease sends it back to `queued`, or to `dead`
-once it has used `max_attempts`; cancelling its job makes it `cancelled`. Each transition that changes what a
-job has left to run settles the job's status in the same transaction (`jobs.settle`).
+A shard moves `queued -> leased -> done`; a failed attempt or a lapsed lease sends it back to `queued`, or
+to `dead` once it has used its budget; cancelling its job makes it `cancelled`. Each transition that changes
+what a job has left to run settles the job's status in the same transaction (`jobs.settle`).
+
+Two budgets, because they count different things. `attempts` count what the shard did: its engine call
+failed, or its worker died running it (`fail`); after `max_attempts` the shard is dead. `lapses` count what
+happened to its dispatcher: the lease lapsed, or its dispatcher's process is gone (`recover_expired`,
+`reclaim_dead`); a preempted node or an OOM-killed driver is not the shard's fault, so only `MAX_LAPSES`, a
+much larger budget, catches a shard that keeps killing whatever runs it.
+
+Dispatchers register (`register`) and heartbeat their registration with their leases, so a dispatcher on the
+same machine sees at once that one has died (its process is gone) and reclaims its leases without waiting for
+them to lapse.
 
 Claims are row locks: PostgreSQL leases with `SELECT ... FOR UPDATE SKIP LOCKED`, so several dispatchers share
 one queue without waiting on each other; SQLite serialises writers with `BEGIN IMMEDIATE` (one host). Every
@@ -18,16 +28,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from posbias.schemas import JobSpec, Plan, ShardResult, ShardSpec, ShardStatus
-from posbias.service import jobs, shards, store
+from posbias.schemas import JobSpec, Plan, PosbiasError, ShardResult, ShardSpec, ShardStatus
+from posbias.service import jobs, owners, shards, store
 from posbias.service.database import Database, now_utc
-from posbias.service.tables import Shard
+from posbias.service.tables import Dispatcher, Shard
 
 ACTIVE = (ShardStatus.queued, ShardStatus.leased)
 """Shards that still have work to do."""
+MAX_LAPSES = 30
+"""Leases of one shard that may lapse (its dispatchers died) before it is dead: ten times the default
+`max_attempts`, so that dispatchers on preemptible nodes can die again and again without a shard being lost,
+while a shard that kills every dispatcher that runs it still ends."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +50,8 @@ class Lease:
 
     shard: ShardSpec
     attempt: int
-    """1 on the first lease; a shard is dead after `max_attempts` failed attempts."""
+    """The attempt this lease is: 1 + the failed attempts so far; a shard is dead after `max_attempts`
+    failed attempts (lapsed leases are not attempts)."""
     expires_at: datetime
     """When the lease lapses without a heartbeat."""
 
@@ -99,7 +114,8 @@ def lease(
 
     Order: shards of `prefer_model_keys` (models the caller has loaded) first, then higher priority, then
     older jobs, then shard order. `job_ids` restricts leasing to those jobs, `model_keys` to those models,
-    and `exclude_model_keys` leaves those models out. Each lease counts an attempt and marks its job running.
+    and `exclude_model_keys` leaves those models out. A lease marks its job running; it charges no attempt
+    (only a failure does, `fail`).
     """
     if limit <= 0 or (model_keys is not None and not model_keys):
         return []
@@ -127,7 +143,6 @@ def lease(
             .where(Shard.id.in_(chosen), Shard.status == ShardStatus.queued)
             .values(
                 status=ShardStatus.leased,
-                attempts=Shard.attempts + 1,
                 lease_owner=owner,
                 leased_at=now,
                 lease_expires_at=expires,
@@ -136,7 +151,7 @@ def lease(
             .execution_options(synchronize_session=False)
         ).all()
         jobs.mark_started(session, {row.job_id for row in leased}, now=now)
-    attempts = {row.id: row.attempts for row in leased}
+    attempts = {row.id: row.attempts + 1 for row in leased}
     order = [shard_id for shard_id in chosen if shard_id in attempts]
     specs = shards.from_store(db, order)
     return [Lease(shard=specs[i], attempt=attempts[i], expires_at=expires) for i in order]
@@ -154,13 +169,21 @@ def _claimable(session: Session, where: list[Any], *, limit: int) -> list[int]:
 
 
 def heartbeat(db: Database, shard_ids: Iterable[int], *, owner: str, lease_seconds: float) -> set[int]:
-    """Extend `owner`'s leases on `shard_ids` by `lease_seconds` from now; return the ids still held (a
-    shard missing from the answer was recovered, cancelled or finished: stop working on it)."""
+    """Extend `owner`'s leases on `shard_ids` by `lease_seconds` from now, and its registration (see
+    `register`); return the ids still held (a shard missing from the answer was recovered, cancelled or
+    finished: stop working on it)."""
     ids = sorted(set(shard_ids))
-    if not ids:
-        return set()
-    expires = now_utc() + timedelta(seconds=lease_seconds)
+    now = now_utc()
+    expires = now + timedelta(seconds=lease_seconds)
     with db.write() as session:
+        session.execute(
+            update(Dispatcher)
+            .where(Dispatcher.owner == owner)
+            .values(heartbeat_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if not ids:
+            return set()
         held = _lock_held(session, ids, owner=owner)
         if held:
             session.execute(
@@ -250,35 +273,45 @@ def complete(db: Database, results: Sequence[ShardResult], *, owner: str) -> lis
 
 
 def fail(db: Database, shard_id: int, *, owner: str, error: str) -> ShardStatus | None:
-    """Record a failed attempt by the lease holder: the shard goes back to the queue, or is dead once it
-    has used `max_attempts` (its job then fails when nothing else is left). Returns the shard's new status,
-    or None when `owner` does not hold it (nothing changes)."""
+    """Record a failed attempt by the lease holder (the shard ran and failed, or its worker died running
+    it): it goes back to the queue, or is dead once it has used `max_attempts` (its job then fails when
+    nothing else is left). Returns the shard's new status, or None when `owner` does not hold it (nothing
+    changes)."""
     now = now_utc()
     with db.write() as session:
         found = _lock(session, [shard_id])
         if not found or _lease_problem(found[0], owner=owner) is not None:
             return None
         shard = found[0]
-        _end_attempt(shard, error=error, now=now)
+        shard.attempts += 1
+        _end_lease(shard, error=error, dead=shard.attempts >= shard.max_attempts, now=now)
         jobs.settle(session, [shard.job_id], now=now)
         return shard.status
 
 
-def _end_attempt(shard: Shard, *, error: str, now: datetime) -> None:
+def _end_lease(shard: Shard, *, error: str, dead: bool, now: datetime) -> None:
     shard.last_error = error
     shard.lease_owner = None
     shard.lease_expires_at = None
-    if shard.attempts >= shard.max_attempts:
+    if dead:
         shard.status = ShardStatus.dead
         shard.finished_at = now
     else:
         shard.status = ShardStatus.queued
 
 
+def _lapse(shard: Shard, *, why: str, now: datetime) -> None:
+    """A lease that ended without a result, through no doing of the shard's: back to the queue with no
+    attempt charged, unless the shard has used `MAX_LAPSES`."""
+    shard.lapses += 1
+    error = f"{why} (lease lapse {shard.lapses} of {MAX_LAPSES}; {shard.attempts} failed attempts)"
+    _end_lease(shard, error=error, dead=shard.lapses >= MAX_LAPSES, now=now)
+
+
 def release(db: Database, shard_ids: Iterable[int], *, owner: str, reason: str | None = None) -> int:
-    """Give `owner`'s leases on `shard_ids` back to the queue without counting the attempt (a graceful
-    shutdown, or a shard the caller cannot run now); `reason`, when given, is kept as the shard's last error
-    (e.g. no node took its model's actor). Returns how many were released."""
+    """Give `owner`'s leases on `shard_ids` back to the queue, charging nothing (a graceful shutdown, or a
+    shard the caller cannot run now); `reason`, when given, is kept as the shard's last error (e.g. no node
+    took its model's actor). Returns how many were released."""
     ids = sorted(set(shard_ids))
     if not ids:
         return 0
@@ -290,7 +323,6 @@ def release(db: Database, shard_ids: Iterable[int], *, owner: str, reason: str |
                 .where(Shard.id.in_(held))
                 .values(
                     status=ShardStatus.queued,
-                    attempts=Shard.attempts - 1,
                     lease_owner=None,
                     lease_expires_at=None,
                     **({"last_error": reason} if reason is not None else {}),
@@ -301,8 +333,9 @@ def release(db: Database, shard_ids: Iterable[int], *, owner: str, reason: str |
 
 
 def recover_expired(db: Database, *, now: datetime | None = None) -> int:
-    """Send shards whose lease has lapsed (`now` defaults to the clock) back to the queue, or to dead when
-    they have used their attempts; the error says whose lease expired. Returns how many were recovered."""
+    """Send shards whose lease has lapsed (`now` defaults to the clock) back to the queue, with a lapse
+    counted and no attempt charged (dead only after `MAX_LAPSES`); the error says whose lease expired.
+    Returns how many were recovered."""
     now = now or now_utc()
     with db.write() as session:
         expired = list(
@@ -316,13 +349,99 @@ def recover_expired(db: Database, *, now: datetime | None = None) -> int:
         )
         for shard in expired:
             assert shard.lease_expires_at is not None
-            error = (
+            why = (
                 f"lease expired at {shard.lease_expires_at.isoformat(timespec='seconds')} (owner "
-                f"{shard.lease_owner}, attempt {shard.attempts} of {shard.max_attempts})"
+                f"{shard.lease_owner})"
             )
-            _end_attempt(shard, error=error, now=now)
+            _lapse(shard, why=why, now=now)
         jobs.settle(session, [shard.job_id for shard in expired], now=now)
     return len(expired)
+
+
+# --- dispatchers --------------------------------------------------------------------------------------
+
+
+def register(db: Database, owner: str, *, identity: owners.Identity) -> int:
+    """Record that `owner` runs as the process `identity`, first reclaiming the leases of dispatchers on
+    this machine whose process is gone (`reclaim_dead`). Returns how many shards were reclaimed.
+
+    `PosbiasError` when another live process on this machine is registered under the same name (two
+    dispatchers with one POSBIAS_WORKER_ID would take each other's leases for their own).
+    """
+    reclaimed = reclaim_dead(db, machine=identity.machine)
+    now = now_utc()
+    with db.write() as session:
+        row = session.get(Dispatcher, owner, with_for_update=True)
+        if row is not None:
+            other = owners.Identity(
+                host=row.host, machine=row.machine, pid=row.pid, started=row.process_started
+            )
+            if other != identity and owners.alive(other):
+                raise PosbiasError(
+                    f"another dispatcher (pid {row.pid} on {row.host}) is running as {owner!r}: give this "
+                    "one another POSBIAS_WORKER_ID, or leave it unset"
+                )
+            session.delete(row)
+            session.flush()
+        session.add(
+            Dispatcher(
+                owner=owner,
+                host=identity.host,
+                machine=identity.machine,
+                pid=identity.pid,
+                process_started=identity.started,
+                started_at=now,
+                heartbeat_at=now,
+            )
+        )
+    return reclaimed
+
+
+def deregister(db: Database, owner: str) -> None:
+    """Forget `owner` (it is exiting and has released its leases)."""
+    with db.write() as session:
+        session.execute(delete(Dispatcher).where(Dispatcher.owner == owner))
+
+
+def reclaim_dead(db: Database, *, machine: str) -> int:
+    """Put the leases of dispatchers registered on `machine` whose process is gone back in the queue (a
+    lapse each, no attempt), and forget those dispatchers. Returns how many shards were reclaimed.
+
+    Only this machine's dispatchers can be seen to be dead; elsewhere a lease lapses after its
+    `lease_seconds` (`recover_expired`).
+    """
+    if not machine:
+        return 0
+    with db.read() as session:
+        rows = list(session.scalars(select(Dispatcher).where(Dispatcher.machine == machine)))
+    dead = {
+        row.owner: row
+        for row in rows
+        if owners.alive(
+            owners.Identity(host=row.host, machine=row.machine, pid=row.pid, started=row.process_started)
+        )
+        is False
+    }
+    if not dead:
+        return 0
+    now = now_utc()
+    with db.write() as session:
+        held = list(
+            session.scalars(
+                select(Shard)
+                .where(Shard.status == ShardStatus.leased, Shard.lease_owner.in_(sorted(dead)))
+                .order_by(Shard.id)
+                .with_for_update(skip_locked=True)
+                .execution_options(populate_existing=True)
+            )
+        )
+        for shard in held:
+            row = dead[str(shard.lease_owner)]
+            why = f"its dispatcher {row.owner} (pid {row.pid} on {row.host}) exited while holding it"
+            _lapse(shard, why=why, now=now)
+        jobs.settle(session, [shard.job_id for shard in held], now=now)
+        session.execute(delete(Dispatcher).where(Dispatcher.owner.in_(sorted(dead))))
+    return len(held)
 
 
 # --- a job's shards together (in the transaction of a job-level operation) ----------------------------
@@ -353,12 +472,13 @@ def cancel(session: Session, shard_ids: Sequence[int], *, now: datetime) -> None
 
 
 def requeue(session: Session, shard_ids: Sequence[int]) -> None:
-    """Put locked dead shards back in the queue with fresh attempts (their last error is kept)."""
+    """Put locked dead shards back in the queue with fresh attempts and lapses (their last error is
+    kept)."""
     if shard_ids:
         session.execute(
             update(Shard)
             .where(Shard.id.in_(shard_ids))
-            .values(status=ShardStatus.queued, attempts=0, finished_at=None)
+            .values(status=ShardStatus.queued, attempts=0, lapses=0, finished_at=None)
             .execution_options(synchronize_session=False)
         )
 

@@ -14,7 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -28,6 +27,7 @@ from posbias.schemas import (
     PosbiasError,
     one_line,
 )
+from posbias.schemas.job import INT64_MAX, check_shape, read_spec_file
 from posbias.schemas.schedule import (
     Announcement,
     BaselineKind,
@@ -134,19 +134,17 @@ def load_template(text: str) -> dict[str, Any]:
             raise PosbiasError(
                 f"the inline spec template is not valid JSON: {exc.msg} (column {exc.colno})"
             ) from None
+        except (ValueError, RecursionError) as exc:
+            raise PosbiasError(
+                f"the inline spec template cannot be read: {one_line(exc, typed=True)}"
+            ) from None
         where = "the inline spec template"
+        problem = check_shape(data)
+        if problem:
+            raise PosbiasError(f"{where}: {problem}")
     else:
         file = Path(stripped).expanduser()
-        try:
-            content = file.read_text()
-        except OSError as exc:
-            raise PosbiasError(
-                f"cannot read spec template {file}: {exc.strerror}; give a YAML/JSON file or inline JSON"
-            ) from None
-        try:
-            data = json.loads(content) if file.suffix.lower() == ".json" else yaml.safe_load(content)
-        except (yaml.YAMLError, json.JSONDecodeError) as exc:
-            raise PosbiasError(f"spec template {file} is not valid YAML/JSON: {one_line(exc)}") from None
+        data = read_spec_file(file, what="spec template")
         where = f"spec template {file}"
     if data is None:
         data = {}
@@ -160,7 +158,7 @@ def parse_baseline(text: str) -> tuple[BaselineKind, int | None]:
     value = text.strip().lower()
     if value in {BaselineKind.first.value, BaselineKind.previous.value}:
         return BaselineKind(value), None
-    if value.isdigit():
+    if value.isascii() and value.isdecimal() and 0 < int(value) <= INT64_MAX:
         return BaselineKind.job, int(value)
     raise PosbiasError(f"the baseline must be `first`, `previous` or a job id (got {text!r})")
 

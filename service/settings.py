@@ -4,13 +4,19 @@ down explicitly; no other module reads the environment."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from posbias.schemas import WorkerConfig
+from posbias.schemas import PosbiasError, WorkerConfig
+from posbias.schemas.job import describe_validation_error
+
+ENV_FILE = ".env"
+MAX_ENV_FILE_BYTES = 1 << 20
+"""A `.env` larger than this is a mistake (it holds a few settings)."""
 
 
 def _default_cache_dir() -> Path:
@@ -21,16 +27,29 @@ def _default_cache_dir() -> Path:
 class Settings(BaseSettings):
     """posbias configuration. Every field is the environment variable `POSBIAS_<FIELD>`."""
 
-    model_config = SettingsConfigDict(env_prefix="POSBIAS_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="POSBIAS_", env_file=ENV_FILE, extra="ignore", allow_inf_nan=False
+    )
 
     database_url: str = Field(
         "sqlite:///posbias.db",
+        min_length=1,
+        max_length=4096,
         description="SQLAlchemy URL of the store: SQLite (default, `posbias.db` here) or "
         "`postgresql+psycopg://user:pass@host/db`.",
     )
     ray_address: str = Field(
         "local",
+        min_length=1,
+        max_length=1000,
         description="Ray cluster: `local` (start one here), `auto` (join this node's), or an address.",
+    )
+    ray_connect_seconds: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="How long connecting to Ray (or starting a local one) may take before the dispatcher "
+        "gives up with an error.",
     )
     mmlu_dir: Path | None = Field(
         None,
@@ -40,16 +59,42 @@ class Settings(BaseSettings):
         default_factory=_default_cache_dir, description="Cache for converted models and downloaded data."
     )
     lease_seconds: float = Field(
-        300.0, gt=0, description="How long a leased shard stays ours without a heartbeat."
+        30.0,
+        gt=0,
+        le=86_400,
+        description="How long a leased shard stays ours without a heartbeat (a few heartbeats).",
     )
-    heartbeat_seconds: float = Field(30.0, gt=0, description="How often in-flight shards are heartbeated.")
-    poll_seconds: float = Field(1.0, gt=0, description="How often an idle dispatcher looks for new work.")
-    worker_id: str | None = Field(None, description="Lease owner name; host and process id when not set.")
-    cpu_kvcache_gib: int = Field(2, ge=1, description="KV cache for the vLLM CPU build, in GiB.")
-    cpu_threads: int | None = Field(None, ge=1, description="Threads for the vLLM CPU build.")
+    heartbeat_seconds: float = Field(
+        10.0, gt=0, le=3600, description="How often in-flight shards are heartbeated."
+    )
+    poll_seconds: float = Field(
+        1.0, gt=0, le=3600, description="How often an idle dispatcher looks for new work."
+    )
+    drain_seconds: float = Field(
+        300.0,
+        ge=0,
+        le=86_400,
+        description="On SIGTERM, how long in-flight shards may run on before they are released.",
+    )
+    store_outage_seconds: float = Field(
+        120.0,
+        gt=0,
+        le=86_400,
+        description="How long a dispatcher keeps retrying a store it cannot reach or write before it exits.",
+    )
+    max_trials: int = Field(1_000_000, ge=1, le=100_000_000, description="Trials one job may plan at most.")
+    worker_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Lease owner name; host and process id when not set.",
+    )
+    cpu_kvcache_gib: int = Field(2, ge=1, le=4096, description="KV cache for the vLLM CPU build, in GiB.")
+    cpu_threads: int | None = Field(None, ge=1, le=4096, description="Threads for the vLLM CPU build.")
     actors_per_model: int | None = Field(
         None,
         ge=1,
+        le=4096,
         description="Actors per loaded model. Unset: one on the CPU build; on GPUs one, plus one more "
         "waiting for a node whenever the model's actors are all busy (up to 16), so the autoscaler sees "
         "the demand.",
@@ -62,6 +107,7 @@ class Settings(BaseSettings):
     max_node_gpus: int | None = Field(
         None,
         ge=0,
+        le=4096,
         description="GPUs on the largest node the cluster has or its autoscaler can add; a job whose tensor "
         "parallel size is larger fails at once. Unset: read from Ray where it says (the nodes of a cluster "
         "without an autoscaler, or an autoscaler that publishes its node types).",
@@ -77,8 +123,24 @@ class Settings(BaseSettings):
         ge=0,
         description="How long a GPU engine waits for the memory a previous engine held before it loads.",
     )
-    webhook_url: str | None = Field(None, description="URL to POST a schedule's regression verdicts to.")
+    webhook_url: str | None = Field(
+        None, max_length=4096, description="URL to POST a schedule's regression verdicts to."
+    )
     debug: bool = Field(False, description="Show tracebacks.")
+
+    @model_validator(mode="after")
+    def _check_texts(self) -> Self:
+        for name, value in self:
+            text = str(value) if isinstance(value, str | Path) else None
+            if text is None:
+                continue
+            if "\x00" in text:
+                raise ValueError(f"{name}: holds a NUL character")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{name}: is not valid UTF-8") from None
+        return self
 
     def worker_config(self) -> WorkerConfig:
         """What a worker needs of these settings."""
@@ -88,3 +150,50 @@ class Settings(BaseSettings):
             cpu_threads=self.cpu_threads,
             gpu_memory_wait_seconds=self.gpu_memory_wait_seconds,
         )
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings of this process: `POSBIAS_*` variables, then `.env` in the working folder.
+
+    A `.env` that is not a regular UTF-8 file of at most `MAX_ENV_FILE_BYTES`, or has a line that cannot be
+    parsed, and any invalid value, is a `PosbiasError` naming it (rather than a traceback in every command).
+    """
+    _check_env_file(Path(ENV_FILE))
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise PosbiasError(f"invalid POSBIAS_* setting: {describe_validation_error(exc)}") from None
+
+
+def _check_env_file(file: Path) -> None:
+    try:
+        info = file.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PosbiasError(f"cannot read {file.resolve()}: {exc.strerror}") from None
+    where = file.resolve()
+    if not stat.S_ISREG(info.st_mode):
+        raise PosbiasError(f"{where} is not a regular file: remove it, or make it a file of KEY=value lines")
+    if info.st_size > MAX_ENV_FILE_BYTES:
+        raise PosbiasError(f"{where} is {info.st_size:,} bytes: a settings file holds a few KEY=value lines")
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise PosbiasError(f"cannot read {where}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PosbiasError(
+            f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
+        ) from None
+    if "\x00" in text:
+        raise PosbiasError(f"{where} holds a NUL character: it must be a text file of KEY=value lines")
+    from io import StringIO
+
+    from dotenv.parser import parse_stream
+
+    for binding in parse_stream(StringIO(text)):
+        if binding.error:
+            line = binding.original.line
+            raise PosbiasError(f"{where}, line {line}: not a KEY=value line; fix or remove it")

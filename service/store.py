@@ -164,15 +164,21 @@ def _update_trials(session: Session, written: Sequence[tuple[ShardResult, dict[i
             {
                 "id": trials[t.trial_index].id,
                 "status": t.status.value,
-                "skip_reason": t.skip_reason,
+                "skip_reason": _storable(t.skip_reason),
                 "prompt_tokens": t.prompt_tokens,
                 "output_tokens": t.output_tokens,
-                "output_text": t.output_text,
+                "output_text": _storable(t.output_text),
             }
             for result, trials in written
             for t in result.trials
         ],
     )
+
+
+def _storable(text: str | None) -> str | None:
+    """A model's text as both stores keep it: PostgreSQL refuses NUL in text, and a model may write one.
+    It becomes U+FFFD, the replacement character, rather than failing the shard's write forever."""
+    return text.replace("\x00", "\ufffd") if text is not None and "\x00" in text else text
 
 
 def _result_row(r: QuestionResult, trial: _TrialRow, *, job_id: int) -> tuple[Any, ...]:
@@ -506,5 +512,9 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
         .execution_options(yield_per=5000)
     )
     with db.read() as session:
-        for row in session.execute(query):
-            yield ExportRow._make((*row[:11], ParseStatus(row[11]).value, *row[12:]))
+        result = session.execute(query)
+        try:
+            for row in result:
+                yield ExportRow._make((*row[:11], ParseStatus(row[11]).value, *row[12:]))
+        finally:
+            result.close()  # an export cut short closes its server-side cursor here, not at collection

@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from posbias.schemas import BatchSizeEstimate, DryRun, EngineName, JobSpec, Plan, QuestionPool, one_line
+from posbias.schemas import (
+    BatchSizeEstimate,
+    DryRun,
+    EngineName,
+    JobSpec,
+    Plan,
+    PosbiasError,
+    QuestionPool,
+    one_line,
+)
 from posbias.service import context, planner
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
@@ -36,14 +46,18 @@ class Prepared:
     tokenizer_source: str = ""
 
 
-def prepare(spec: JobSpec, *, settings: Settings) -> Prepared:
-    """Check the model source and the dataset, plan, and (for vLLM) choose the engine's context length from
-    the plan and check it against the model's own. Raises `PosbiasError` naming the fix."""
+def prepare(
+    spec: JobSpec, *, settings: Settings, on_progress: Callable[[int, int], None] | None = None
+) -> Prepared:
+    """Check the size of the job, the model source and the dataset, plan (`on_progress(trials planned,
+    total)` is called as a large plan is built), and (for vLLM) choose the engine's context length from the
+    plan and check it against the model's own. Raises `PosbiasError` naming the fix."""
+    check_size(spec, settings=settings)
     if spec.engine.name is EngineName.vllm:
         check_model_source(spec.model)
     pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir)
     check_pool(spec, pool=pool)
-    plan = planner.plan(spec, pool=pool)
+    plan = planner.plan(spec, pool=pool, on_progress=on_progress)
     tokenizer, how = _local_tokenizer(spec, settings=settings)
     if spec.engine.name is not EngineName.vllm:
         return Prepared(spec=spec, pool=pool, plan=plan, tokenizer=tokenizer, tokenizer_source=how)
@@ -61,6 +75,20 @@ def prepare(spec: JobSpec, *, settings: Settings) -> Prepared:
     return Prepared(
         spec=spec, pool=pool, plan=plan, context=chosen, tokenizer=tokenizer, tokenizer_source=how
     )
+
+
+def check_size(spec: JobSpec, *, settings: Settings) -> None:
+    """Raise `PosbiasError` when `spec` plans more trials than `settings.max_trials` allows (before any of
+    them is built: a plan of 200 million trials would take minutes and gigabytes to refuse)."""
+    total = spec.total_trials
+    if total > settings.max_trials:
+        per = ", ".join(f"{spec.trials_per_batch_size(n):,} at N={n}" for n in spec.batch_sizes[:6])
+        more = ", ..." if len(spec.batch_sizes) > 6 else ""
+        raise PosbiasError(
+            f"the job plans {total:,} trials ({per}{more}), more than "
+            f"the {settings.max_trials:,} POSBIAS_MAX_TRIALS allows: lower iterations or batch sizes, or "
+            "raise POSBIAS_MAX_TRIALS"
+        )
 
 
 def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryRun:

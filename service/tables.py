@@ -154,8 +154,11 @@ class Shard(Base):
     job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
     index: Mapped[int] = mapped_column(Integer)
     status: Mapped[ShardStatus] = mapped_column(_enum(ShardStatus, "shard_status"))
+    # Failed tries of the shard itself (its engine call failed, or its worker died running it).
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer)
+    # Leases that lapsed without a result: its dispatcher died or lost the store (`queue.MAX_LAPSES`).
+    lapses: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     leased_at: Mapped[datetime | None]
     lease_expires_at: Mapped[datetime | None]
@@ -165,6 +168,26 @@ class Shard(Base):
     # Copied from the job so the lease query needs no join.
     model_key: Mapped[str] = mapped_column(String(64))
     priority: Mapped[int] = mapped_column(Integer)
+
+
+class Dispatcher(Base):
+    """A running dispatcher, by its lease owner name: where it runs and when it last heartbeated.
+
+    `machine` says where `pid` means something (the kernel's boot id and the process's PID namespace): a
+    dispatcher on the same machine whose process is gone has died, and its leases are reclaimed at once.
+    """
+
+    __tablename__ = "dispatchers"
+    __table_args__ = (Index(None, "machine"),)
+
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    machine: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    process_started: Mapped[int | None] = mapped_column(BigInteger)
+    """The process's start time (clock ticks since boot), so a reused pid is not taken for it."""
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime]
 
 
 class Trial(Base):

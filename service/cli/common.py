@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from posbias.schemas import PosbiasError
+from posbias.schemas.job import INT64_MAX, MAX_BATCH_SIZE
 from posbias.service import database
 from posbias.service.database import Database
 from posbias.service.settings import Settings
@@ -22,6 +23,13 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 """Standard error: progress, warnings, errors."""
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+ID_MAX = INT64_MAX
+"""Ids are 64-bit in both stores: a larger one is a usage error, not a driver's overflow."""
+JobArg = Annotated[int, typer.Argument(help="Job id.", min=1, max=ID_MAX)]
+BatchSizeOpt = Annotated[
+    int | None, typer.Option(help="One batch size (default: every one).", min=1, max=MAX_BATCH_SIZE)
+]
 
 
 class BadUsage(PosbiasError):

@@ -12,7 +12,19 @@ from rich.table import Table
 
 import posbias.api as api
 from posbias.schemas import Comparison, Curve, CurveAxis, CurveQuery
-from posbias.service.cli.common import BadUsage, JsonOpt, num, out, pct, pp, print_json, settings_of
+from posbias.schemas.job import MAX_BATCH_SIZE
+from posbias.service.cli.common import (
+    ID_MAX,
+    BadUsage,
+    BatchSizeOpt,
+    JsonOpt,
+    num,
+    out,
+    pct,
+    pp,
+    print_json,
+    settings_of,
+)
 
 RevisionOpt = Annotated[str | None, typer.Option(help="Model revision on the hub.")]
 
@@ -27,10 +39,12 @@ def curve(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model name as submitted.")] = None,
     revision: RevisionOpt = None,
-    batch_size: Annotated[int | None, typer.Option(help="One batch size (default: every one).")] = None,
-    job: Annotated[int | None, typer.Option(help="One job (default: every job of the model).")] = None,
+    batch_size: BatchSizeOpt = None,
+    job: Annotated[
+        int | None, typer.Option(help="One job (default: every job of the model).", min=1, max=ID_MAX)
+    ] = None,
     by: Annotated[CurveAxis, typer.Option(help="position, or token-distance (binned).")] = CurveAxis.position,
-    bin_width: Annotated[int, typer.Option(help="Token-distance bin width.")] = 256,
+    bin_width: Annotated[int, typer.Option(help="Token-distance bin width.", min=1, max=10_000_000)] = 256,
     output_format: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     plot: Annotated[Path | None, typer.Option(help="Also write a PNG: one line per batch size.")] = None,
     band: Annotated[
@@ -166,14 +180,21 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
 
 def _operand(text: str) -> int | str:
     """A `compare` operand: a job id, or a model name."""
-    return int(text) if text.isdigit() else text
+    # isdecimal and isascii: `³` and `٣` pass isdigit() but are not job ids.
+    if text.isascii() and text.isdecimal():
+        if not 1 <= int(text) <= ID_MAX:
+            raise BadUsage(f"job id {text[:30]} is out of range (1 to {ID_MAX})")
+        return int(text)
+    return text
 
 
 def compare(
     ctx: typer.Context,
     a: Annotated[str, typer.Argument(help="Baseline: a job id or a model name.")],
     b: Annotated[str, typer.Argument(help="Candidate: a job id or a model name.")],
-    batch_size: Annotated[int | None, typer.Option(help="Batch size to compare (needed if several).")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Batch size to compare (needed if several).", min=1, max=MAX_BATCH_SIZE)
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Difference in accuracy (B - A, among parsed answers) at every position: pointwise 95% interval,

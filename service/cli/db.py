@@ -9,21 +9,33 @@ import typer
 
 from posbias.schemas import PosbiasError, one_line
 from posbias.service import database
-from posbias.service.cli.common import JsonOpt, err, out, print_json, settings_of
+from posbias.service.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
 
 app = typer.Typer(help="Create, upgrade or inspect the store's schema.", no_args_is_help=True)
 
 
 @app.command("upgrade")
 def db_upgrade(
-    ctx: typer.Context, revision: Annotated[str, typer.Argument(help="Target revision.")] = "head"
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Add posbias's tables to a database that already holds another application's tables."
+        ),
+    ] = False,
 ) -> None:
     """Apply migrations (creates the store if it does not exist).
+
+    A database that holds tables but no posbias schema is refused unless --force.
 
     Example: posbias db upgrade   (the store is POSBIAS_DATABASE_URL, default sqlite:///posbias.db)
     """
     url = settings_of(ctx).database_url
-    database.upgrade(url, revision)
+    try:
+        database.upgrade(url, revision, force=force)
+    except database.RevisionError as exc:
+        raise BadUsage(str(exc)) from None
     out.print(f"{database.describe(database.normalise_url(url))} is at {database.current(url) or 'base'}")
 
 
@@ -37,7 +49,10 @@ def db_downgrade(
     Example: posbias db downgrade -1
     """
     url = settings_of(ctx).database_url
-    database.downgrade(url, revision)
+    try:
+        database.downgrade(url, revision)
+    except database.RevisionError as exc:
+        raise BadUsage(str(exc)) from None
     out.print(f"{database.describe(database.normalise_url(url))} is at {database.current(url) or 'base'}")
 
 

@@ -9,8 +9,8 @@ import typer
 
 import posbias.api as api
 from posbias.schemas import PosbiasError
-from posbias.service.cli.common import BadUsage, out, settings_of
-from posbias.service.export import export_format
+from posbias.service.cli.common import BadUsage, JobArg, out, settings_of
+from posbias.service.export import OutputExists, export_format
 
 
 def register(app: typer.Typer) -> None:
@@ -20,13 +20,19 @@ def register(app: typer.Typer) -> None:
 
 def export(
     ctx: typer.Context,
-    job: Annotated[int, typer.Argument(help="Job id.")],
-    output: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
+    job: JobArg,
+    output: Annotated[
+        Path, typer.Option("--out", "-o", help="File to write (or a device or pipe, e.g. /dev/stdout).")
+    ],
     output_format: Annotated[
         str | None, typer.Option("--format", help="csv or parquet (default: from --out).")
     ] = (None),
+    force: Annotated[bool, typer.Option("--force", help="Replace --out if it is an existing file.")] = False,
 ) -> None:
     """Write every result row of a job (trial, position, gold, predicted, tokens, probabilities).
+
+    The file appears complete or not at all (it is written beside --out, then renamed); an existing file is
+    replaced only with --force.
 
     Example: posbias export 3 --out results.parquet
     """
@@ -34,5 +40,10 @@ def export(
         export_format(output, output_format)
     except PosbiasError as exc:
         raise BadUsage(str(exc)) from None
-    summary = api.export_results(job, out=output, settings=settings_of(ctx), format=output_format)
+    try:
+        summary = api.export_results(
+            job, out=output, settings=settings_of(ctx), format=output_format, overwrite=force
+        )
+    except OutputExists as exc:
+        raise BadUsage(str(exc)) from None
     out.print(f"wrote {summary.rows} results of job {job} to {summary.path}")

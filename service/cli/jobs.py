@@ -9,7 +9,7 @@ from rich.table import Table
 
 import posbias.api as api
 from posbias.schemas import JobRecord
-from posbias.service.cli.common import JsonOpt, out, print_json, settings_of
+from posbias.service.cli.common import ID_MAX, JobArg, JsonOpt, out, print_json, settings_of
 
 
 def register(app: typer.Typer) -> None:
@@ -21,8 +21,10 @@ def register(app: typer.Typer) -> None:
 
 def status(
     ctx: typer.Context,
-    job: Annotated[int | None, typer.Argument(help="A job id: show its shards.", show_default=False)] = None,
-    limit: Annotated[int, typer.Option(help="Jobs to list, newest first.")] = 50,
+    job: Annotated[
+        int | None, typer.Argument(help="A job id: show its shards.", show_default=False, min=1, max=ID_MAX)
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Jobs to list, newest first.", min=1, max=1_000_000)] = 50,
     as_json: JsonOpt = False,
 ) -> None:
     """List jobs, or one job's progress and shards (attempts, errors).
@@ -62,6 +64,7 @@ def status(
                 "status": s.status.value,
                 "attempts": s.attempts,
                 "max_attempts": s.max_attempts,
+                "lapses": s.lapses,
                 "lease_owner": s.lease_owner,
                 "lease_expires_at": s.lease_expires_at,
                 "trials": s.trial_count,
@@ -81,13 +84,14 @@ def status(
         e = record.engine
         out.print(f"engine: {e.name} {e.version}, {e.dtype}, attention {e.attention_backend}, {e.device}")
     table = Table()
-    for column in ("shard", "status", "attempts", "trials", "lease owner", "last error"):
+    for column in ("shard", "status", "failed", "lapsed", "trials", "lease owner", "last error"):
         table.add_column(column)
     for s in shards:
         table.add_row(
             str(s.index),
             s.status.value,
             f"{s.attempts}/{s.max_attempts}",
+            str(s.lapses),
             str(s.trial_count),
             s.lease_owner or "",
             s.last_error or "",
@@ -117,9 +121,7 @@ def _job_json(job: JobRecord) -> dict[str, Any]:
     }
 
 
-def cancel(
-    ctx: typer.Context, job: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOpt = False
-) -> None:
+def cancel(ctx: typer.Context, job: JobArg, as_json: JsonOpt = False) -> None:
     """Cancel a job: queued shards are dropped, late results of running ones are discarded.
 
     Example: posbias cancel 3
@@ -131,9 +133,7 @@ def cancel(
         out.print(f"cancelled job {job} ({cancelled} shards)")
 
 
-def retry(
-    ctx: typer.Context, job: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOpt = False
-) -> None:
+def retry(ctx: typer.Context, job: JobArg, as_json: JsonOpt = False) -> None:
     """Put a failed job's dead shards back in the queue with fresh attempts.
 
     Example: posbias retry 3

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from posbias.schemas import Interval, PosbiasError
+from posbias.schemas.job import MAX_BATCH_SIZE
 from posbias.schemas.schedule import HubRevisions, PositionDrop, RegressionRule
 from posbias.service import schedule_report, scheduler, schedules
 from posbias.service.checkpoints import FolderSource, HubSource, Source
@@ -335,7 +336,10 @@ def report(
     ctx: typer.Context,
     name: NameArg,
     batch_size: Annotated[
-        int | None, typer.Option(help="Batch size to report (default: the template's largest).")
+        int | None,
+        typer.Option(
+            help="Batch size to report (default: the template's largest).", min=1, max=MAX_BATCH_SIZE
+        ),
     ] = None,
     plot: Annotated[
         Path | None, typer.Option(help="Also write a PNG: the finished checkpoints' curves overlaid.")

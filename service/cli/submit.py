@@ -36,6 +36,7 @@ from posbias.schemas import (
 )
 from posbias.service.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
 from posbias.service.cli.curves import print_curve
+from posbias.service.datasets import looks_local
 
 
 def register(app: typer.Typer) -> None:
@@ -121,7 +122,7 @@ def _build_spec(
     fake_first: float | None,
     fake_last: float | None,
     fake_malformed: float | None,
-) -> JobSpec:
+) -> tuple[JobSpec, list[str]]:
     overrides: dict[str, Any] = {}
     top = {
         "model": model,
@@ -139,7 +140,9 @@ def _build_spec(
     overrides.update({k: v for k, v in top.items() if v is not None})
     data_set: dict[str, Any] = {"subjects": subjects, "split": split}
     if dataset is not None:
-        data_set["path" if Path(dataset).exists() else "name"] = dataset
+        # A path that looks local is a path even when it is missing, so a typo is reported as a missing
+        # file, not as an unreachable hub.
+        data_set["path" if looks_local(dataset) else "name"] = dataset
     engine_opts = {
         "name": engine,
         "tensor_parallel_size": tensor_parallel_size,
@@ -166,9 +169,7 @@ def _build_spec(
         raise
     except PosbiasError as exc:
         raise BadUsage(str(exc)) from None
-    for warning in caught:
-        err.print(f"warning: {warning.message}")
-    return spec
+    return spec, [str(warning.message) for warning in caught]
 
 
 SPEC_FLAGS: dict[str, Any] = {
@@ -198,6 +199,16 @@ SPEC_FLAGS: dict[str, Any] = {
 """Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
 
 
+CAUTIONS = "posbias.spec_warnings"
+"""Where `takes_spec` leaves the spec's warnings (e.g. the rotation design's cost) in the context."""
+
+
+def print_cautions(ctx: typer.Context) -> None:
+    """The warnings the spec raised, on stderr (once the job is accepted)."""
+    for caution in ctx.meta.pop(CAUTIONS, []):
+        err.print(f"warning: {caution}", markup=False)
+
+
 def takes_spec(command: Callable[..., None]) -> Callable[..., None]:
     """Give a command every flag of `SPEC_FLAGS` in place of its `spec` parameter; it receives the
     validated `JobSpec` (a spec file, overridden by the flags)."""
@@ -211,7 +222,10 @@ def takes_spec(command: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> None:
         values = {name: kwargs.pop(name) for name in SPEC_FLAGS}
-        command(spec=_build_spec(values.pop("spec_file"), **values), **kwargs)
+        spec, cautions = _build_spec(values.pop("spec_file"), **values)
+        # Shown once the job is accepted (`print_cautions`), so that a refused job is one line.
+        kwargs["ctx"].meta[CAUTIONS] = cautions
+        command(spec=spec, **kwargs)
 
     setattr(wrapper, "__signature__", inspect.Signature([*own[:spec_at], *flags, *own[spec_at + 1 :]]))  # noqa: B010
     del wrapper.__wrapped__  # typer must see the new signature, not the original's
@@ -238,8 +252,13 @@ def submit(
     settings = settings_of(ctx)
     if dry_run:
         _print_dry_run(api.dry_run(spec, settings=settings), as_json=as_json)
+        print_cautions(ctx)
         return
-    submitted = api.submit(spec, settings=settings, idempotency_key=idempotency_key)
+    with _PlanProgress() as progress:
+        submitted = api.submit(
+            spec, settings=settings, idempotency_key=idempotency_key, on_progress=progress.update
+        )
+    print_cautions(ctx)
     if as_json:
         print_json({"job_id": submitted.job_id, "created": submitted.created, "trials": submitted.trials})
         return
@@ -288,12 +307,17 @@ def run(
     Example: posbias run --model demo --batch-sizes 1,5,10 --iterations 4 --answer-mode constrained
     """
     bar = _ProgressBar(model=spec.model, quiet=as_json)
+
+    def submitted(job: Submitted) -> None:
+        print_cautions(ctx)
+        bar.start(job)
+
     try:
         outcome = api.run(
             spec,
             settings=settings_of(ctx),
             idempotency_key=idempotency_key,
-            on_submitted=bar.start,
+            on_submitted=submitted,
             on_written=bar.advance,
         )
     finally:
@@ -323,6 +347,40 @@ def run(
         raise PosbiasError(
             f"job {job.id} ended {job.status.value}: {job.error}; see `posbias status {job.id}`"
         )
+
+
+class _PlanProgress:
+    """Trials planned out of the job's total, on a terminal's stderr, while a large plan is built."""
+
+    LARGE = 50_000
+    """Plans smaller than this are built too fast to need it."""
+
+    def __init__(self) -> None:
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> _PlanProgress:
+        return self
+
+    def update(self, planned: int, total: int) -> None:
+        if total < self.LARGE or not err.is_terminal:
+            return
+        if self._bar is None:
+            self._bar = Progress(
+                TextColumn("planning"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("trials"),
+                console=err,
+                transient=True,
+            )
+            self._task = self._bar.add_task("planning", total=total)
+            self._bar.start()
+        self._bar.update(self._task, completed=planned)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 class _ProgressBar:

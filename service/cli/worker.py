@@ -23,7 +23,9 @@ def worker(
         str | None, typer.Option(help="local (start Ray here), auto (this node's cluster) or an address.")
     ] = None,
     until_empty: Annotated[bool, typer.Option(help="Exit once no job has unfinished work.")] = False,
-    max_jobs: Annotated[int | None, typer.Option(help="Exit after this many jobs finish.")] = None,
+    max_jobs: Annotated[
+        int | None, typer.Option(help="Exit after this many jobs finish.", min=1, max=1_000_000)
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the dispatcher: lease shards from the queue, run them on Ray actors, write the results.
@@ -33,8 +35,12 @@ def worker(
     settings = settings_of(ctx)
     if ray_address is not None:
         settings = settings.model_copy(update={"ray_address": ray_address})
+    from posbias.service.dispatcher import init_ray  # Ray is slow to import: only for this command
+
+    # The store and Ray first: a bad one is the command's one line, with no banner before it.
+    database.connect(settings.database_url).close()
+    init_ray(settings)
     if not as_json:
-        database.connect(settings.database_url).close()  # a bad store is the one line, not this one
         err.print(
             f"worker: queue {describe(normalise_url(settings.database_url))}, Ray {settings.ray_address}"
         )

@@ -123,8 +123,8 @@ def test_services_start_in_order(rendered: dict[str, Any]) -> None:
 
 
 def test_dispatcher_gets_time_to_drain_on_stop(rendered: dict[str, Any]) -> None:
-    """SIGTERM makes the dispatcher stop leasing and finish in-flight shards for up to the lease time
-    (POSBIAS_LEASE_SECONDS, 300 s by default); Compose must not SIGKILL it sooner."""
+    """SIGTERM makes the dispatcher stop leasing and finish in-flight shards for up to the drain time
+    (POSBIAS_DRAIN_SECONDS, 300 s by default); Compose must not SIGKILL it sooner."""
     grace = rendered["services"]["worker"]["stop_grace_period"]  # Go duration, e.g. "5m30s"
     units = {"h": 3600, "m": 60, "s": 1}
     seconds = sum(int(n) * units[unit] for n, unit in re.findall(r"(\d+)([hms])(?!s)", grace))

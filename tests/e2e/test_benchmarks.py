@@ -50,7 +50,7 @@ def readme_invocations(script: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("script", ["store.py", "dispatch.py", "throughput.py", "coverage.py"])
+@pytest.mark.parametrize("script", ["store.py", "dispatch.py", "throughput.py", "coverage.py", "fuzz.py"])
 def test_every_flag_the_readme_shows_exists(script: str) -> None:
     invocations = readme_invocations(script)
     assert invocations, f"benchmarks/README.md shows no `python benchmarks/{script}` command"

@@ -3,6 +3,7 @@ schema version with a message that says what to do."""
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -132,3 +133,87 @@ def test_unreachable_postgres_hides_the_password() -> None:
 def test_upgrade_into_a_missing_folder_names_the_setting(tmp_path: Path) -> None:
     with pytest.raises(PosbiasError, match=r"cannot open the database.*POSBIAS_DATABASE_URL"):
         database.upgrade(f"sqlite:///{tmp_path / 'missing' / 'posbias.db'}")
+
+
+# --- stores that are not posbias's, and looking without touching ------------------------------------------
+
+
+def _execute(url: str, *statements: str) -> None:
+    engine = database.create_db_engine(url, create=False)
+    try:
+        with engine.begin() as connection:
+            for statement in statements:
+                connection.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_refuses_another_applications_database_unless_forced(empty_database_url: str) -> None:
+    if empty_database_url.startswith("sqlite"):
+        Path(empty_database_url.removeprefix("sqlite:///")).touch()
+    _execute(empty_database_url, "CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+
+    with pytest.raises(
+        PosbiasError, match=r"already holds tables of another application \(invoices\).*--force"
+    ):
+        database.upgrade(empty_database_url)
+    assert _tables(empty_database_url) == {"invoices"}, "a refused upgrade must leave the database alone"
+
+    database.upgrade(empty_database_url, force=True)
+    assert _tables(empty_database_url) >= POSBIAS_TABLES | {"invoices"}
+    assert database.current(empty_database_url) == database.head()
+
+
+def test_a_revision_that_is_not_posbiass_is_refused_and_left_alone(empty_database_url: str) -> None:
+    if empty_database_url.startswith("sqlite"):
+        Path(empty_database_url.removeprefix("sqlite:///")).touch()
+    _execute(
+        empty_database_url,
+        "CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)",
+        "INSERT INTO alembic_version VALUES ('abc123other')",
+    )
+    with pytest.raises(PosbiasError, match="Alembic revision 'abc123other', which is not posbias's"):
+        database.upgrade(empty_database_url, force=True)
+    assert _tables(empty_database_url) == {"alembic_version"}
+    with pytest.raises(database.RevisionError, match="posbias db current"):
+        database.downgrade(empty_database_url, "nosuch")
+
+
+def test_looking_at_a_sqlite_store_creates_nothing_and_leaves_an_empty_file_empty(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    with pytest.raises(PosbiasError, match="no posbias database"):
+        database.current(f"sqlite:///{missing}")
+    with pytest.raises(PosbiasError, match="no posbias database"):
+        database.connect(f"sqlite:///{missing}", read_only=True)
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert database.current(f"sqlite:///{empty}") is None
+    with pytest.raises(PosbiasError, match="is an empty file, not a posbias database"):
+        database.connect(f"sqlite:///{empty}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
+    assert empty.stat().st_size == 0, "opening must not turn an empty file into a (WAL) database"
+
+
+def test_a_read_only_store_refuses_writes_on_both(database_url: str) -> None:
+    with database.connect(database_url, read_only=True) as db:
+        with db.read() as session:
+            assert session.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 0
+        with pytest.raises(sa.exc.DBAPIError) as raised, db.write() as session:
+            session.execute(sa.text("DELETE FROM jobs"))
+        assert database.explain(raised.value).problem is database.Problem.read_only
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql+psycopg2://u@127.0.0.1/db", "driver 'psycopg2' is not one posbias uses"),
+        ("postgresql+asyncpg://u@127.0.0.1/db", "driver 'asyncpg' is not one posbias uses"),
+        ("postgresql://u@127.0.0.1:99999/db", "port 99999 is not between 1 and 65535"),
+        ("postgresql://u@127.0.0.1:abc/db", "is not a database URL"),
+        ("postgresql://u@127.0.0.1/", "names no database"),
+        ("sqlite+aiosqlite:///x.db", "driver 'aiosqlite' is not one posbias uses"),
+    ],
+)
+def test_urls_and_drivers_are_checked_before_any_driver_is_loaded(url: str, expected: str) -> None:
+    with pytest.raises(PosbiasError, match=re.escape(expected)):
+        database.normalise_url(url)

@@ -216,7 +216,9 @@ def test_release_gives_shards_back_without_spending_an_attempt(db: Database, mak
     assert [lease.attempt for lease in _lease_all(db, owner="w2")] == [1, 1, 1, 1]
 
 
-def test_an_expired_lease_goes_back_to_the_queue_then_dead(db: Database, make_job: MakeJob) -> None:
+def test_an_expired_lease_goes_back_to_the_queue_without_an_attempt_until_the_lapse_budget_is_spent(
+    db: Database, make_job: MakeJob
+) -> None:
     job_id = make_job(db, max_attempts=2, iterations=1, batch_sizes=(2,)).job_id
     (first,) = _lease_all(db)
 
@@ -224,16 +226,24 @@ def test_an_expired_lease_goes_back_to_the_queue_then_dead(db: Database, make_jo
     assert queue.recover_expired(db, now=first.expires_at + timedelta(seconds=1)) == 1
     (shard,) = jobs.shards(db, job_id)
     assert shard.status is ShardStatus.queued
+    assert (shard.attempts, shard.lapses) == (0, 1)
     assert shard.last_error is not None and "lease expired" in shard.last_error and "w1" in shard.last_error
     assert queue.heartbeat(db, [first.shard_id], owner="w1", lease_seconds=LEASE_S) == set()
 
-    (second,) = _lease_all(db, owner="w2")
-    assert second.attempt == 2
-    assert queue.recover_expired(db, now=second.expires_at + timedelta(seconds=1)) == 1
+    # A dispatcher that dies is not the shard's failure: it lapses far more often than max_attempts allows
+    # failures, and each new lease is still its first attempt.
+    for lapse in range(2, queue.MAX_LAPSES + 1):
+        (lease,) = _lease_all(db, owner=f"w{lapse}")
+        assert lease.attempt == 1
+        assert jobs.get(db, job_id).status is JobStatus.running
+        assert queue.recover_expired(db, now=lease.expires_at + timedelta(seconds=1)) == 1
 
     (shard,) = jobs.shards(db, job_id)
     assert shard.status is ShardStatus.dead
-    assert shard.last_error is not None and "attempt 2 of 2" in shard.last_error
+    assert (shard.attempts, shard.lapses) == (0, queue.MAX_LAPSES)
+    assert (
+        shard.last_error is not None and f"lapse {queue.MAX_LAPSES} of {queue.MAX_LAPSES}" in shard.last_error
+    )
     job = jobs.get(db, job_id)
     assert job.status is JobStatus.failed
     assert job.finished_at is not None

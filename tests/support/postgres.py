@@ -46,6 +46,8 @@ class PostgresServer:
     port: int
     run_as: pwd.struct_passwd | None
     host: str = "127.0.0.1"
+    options: str = ""
+    """The server's command-line options (`pg_ctl start -o`), for starting it again after `halt`."""
     _stopped: bool = field(default=False, repr=False)
 
     @property
@@ -82,6 +84,33 @@ class PostgresServer:
             connection.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+    def halt(self) -> None:
+        """Shut the server down (fast: sessions are cut) and keep its files, as a restart or a crash of
+        the database server does to its clients; `resume` starts it again."""
+        _run(
+            [self.bindir / "pg_ctl", "stop", "-D", self.data_dir, "-m", "fast", "-w", "-t", "60"],
+            run_as=self.run_as,
+        )
+
+    def resume(self) -> None:
+        """Start the server `halt` stopped, on the same port."""
+        _run(
+            [
+                self.bindir / "pg_ctl",
+                "start",
+                "-D",
+                self.data_dir,
+                "-l",
+                self.log_file,
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                self.options,
+            ],
+            run_as=self.run_as,
+        )
 
     def stop(self) -> None:
         """Shut the server down and delete its folder. Safe to call twice."""
@@ -215,7 +244,9 @@ def start(*, settings: Mapping[str, str] = FAST_SETTINGS, bindir: Path | None = 
                     log = (root / "server.log").read_text(errors="replace")[-2000:]
                     raise PosbiasError(f"PostgreSQL did not start: {log.strip()}") from None
                 continue
-            server = PostgresServer(bindir=bindir, root=root, port=port, run_as=run_as)
+            server = PostgresServer(
+                bindir=bindir, root=root, port=port, run_as=run_as, options=" ".join(server_options)
+            )
             atexit.register(server.stop)
             return server
     except BaseException:

@@ -243,3 +243,89 @@ def test_batch_size_larger_than_the_pool(make_pool: Callable[..., QuestionPool])
     check_pool(JobSpec(model="m", batch_sizes=[30]), pool=pool)
     with pytest.raises(PosbiasError, match=r"batch size 50 .* only 30"):
         check_pool(JobSpec(model="m", batch_sizes=[5, 50]), pool=pool)
+
+
+# --- choices as labels mapped to texts (the layout of ARC, CommonsenseQA, OpenBookQA on the hub) -----------
+
+
+def _write(tmp_path: Path, rows: list[dict[str, object]]) -> DatasetSpec:
+    (tmp_path / "set.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return DatasetSpec(name="mine", path=str(tmp_path / "set.jsonl"), answer_column="answerKey")
+
+
+def test_parallel_label_and_text_lists_with_a_label_answer_are_read_exactly(tmp_path: Path) -> None:
+    # Every answer among the first two labels: read as the mapping's two keys, this once loaded silently
+    # wrong (two options, "label" and "text"); it must give four options and the labelled one as gold.
+    rows = [
+        {
+            "question": "Q1?",
+            "choices": {"text": ["w", "x", "y", "z"], "label": ["A", "B", "C", "D"]},
+            "answerKey": "B",
+        },
+        {
+            "question": "Q2?",
+            "choices": {"text": ["w", "x", "y", "z"], "label": ["A", "B", "C", "D"]},
+            "answerKey": "A",
+        },
+        {"question": "Q3?", "choices": {"text": ["p", "q", "r"], "label": ["1", "2", "3"]}, "answerKey": "3"},
+    ]
+    by_text = {q.question: q for q in load_questions(_write(tmp_path, rows), mmlu_dir=None).questions}
+    assert by_text["Q1?"].choices == ("w", "x", "y", "z") and by_text["Q1?"].answer == 1
+    assert by_text["Q2?"].answer == 0
+    assert by_text["Q3?"].choices == ("p", "q", "r") and by_text["Q3?"].answer == 2
+
+
+def test_a_mapping_of_labels_to_texts_keeps_its_order_and_takes_a_label_answer(tmp_path: Path) -> None:
+    rows = [
+        {"question": "Q?", "choices": {"A": "one", "B": "two", "C": "three", "D": "four"}, "answerKey": "C"}
+    ]
+    (question,) = load_questions(_write(tmp_path, rows), mmlu_dir=None).questions
+    assert question.choices == ("one", "two", "three", "four")
+    assert question.answer == 2
+
+
+@pytest.mark.parametrize(
+    ("choices", "answer", "message"),
+    [
+        (
+            {"text": ["w", "x", "y"], "label": ["A", "B", "C"]},
+            "E",
+            r"answer 'E' is not one of the option labels \(A, B, C\)",
+        ),
+        ({"text": ["w", "x"], "label": ["A", "B", "C"]}, "A", "3 labels for 2 option texts"),
+        ({"A": "x", "B": "y"}, 0, "answer 0 is not one of the option labels"),
+        (
+            {"one": 1, "two": [2]},
+            "one",
+            r"the options \(choices\) are a mapping with keys one, two, not one of the layouts",
+        ),
+        (5, 0, r"the options \(choices\) are a int, not one of the layouts"),
+        ([["a"], ["b"]], 0, "an option in choices is a list, not text"),
+    ],
+)
+def test_other_layouts_are_refused_naming_the_column_and_the_layouts_read(
+    tmp_path: Path, choices: object, answer: object, message: str
+) -> None:
+    rows = [{"question": "Q?", "choices": choices, "answerKey": answer}]
+    with pytest.raises(PosbiasError, match=message) as raised:
+        load_questions(_write(tmp_path, rows), mmlu_dir=None)
+    assert "set.jsonl row 1" in str(raised.value)
+    if "layouts" in message:
+        assert "a mapping of labels to texts" in str(raised.value)
+
+
+def test_a_local_looking_path_that_is_missing_is_a_missing_file_not_the_hub(tmp_path: Path) -> None:
+    from posbias.service.datasets import looks_local
+
+    for name in ("./questions.csv", "data/questions.jsonl", "/no/such/folder", "~/nothing-here", "a/b/c"):
+        assert looks_local(name), name
+    for name in ("cais/mmlu", "allenai/ai2_arc", "mmlu"):
+        assert not looks_local(name), name
+    with pytest.raises(PosbiasError, match=r"dataset file .*questions\.csv does not exist"):
+        load_questions(DatasetSpec(name="./questions.csv"), mmlu_dir=None)
+
+
+def test_unicode_digits_are_not_answer_indices(tmp_path: Path) -> None:
+    rows = [{"question": "Q?", "choices": ["a", "b", "c", "d"], "answerKey": "\u00b3"}]
+    with pytest.raises(PosbiasError, match="neither a 0-based option index nor a letter"):
+        load_questions(_write(tmp_path, rows), mmlu_dir=None)

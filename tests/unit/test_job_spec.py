@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,75 @@ def test_model_key_names_the_loaded_engine() -> None:
     fake = {"model": "m", "engine": {"name": EngineName.fake}}
     worse = {**fake, "fake": {"last": 0.3}}
     assert JobSpec.build(fake).model_key() != JobSpec.build(worse).model_key()
+
+
+# --- what both stores can hold, and files that are not specs ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"model": ""}, "model: String should have at least 1 character"),
+        ({"model": "   "}, "model: name a model"),
+        ({"model": "m" * 501}, "model: String should have at most 500 characters"),
+        ({"model": "a\x00b"}, "model: text holds a NUL character"),
+        ({"model": "m", "prompt": {"separator": "\x00"}}, "prompt.separator: text holds a NUL character"),
+        ({"model": "m", "priority": 2**31}, "priority: Input should be less than or equal to 2147483647"),
+        ({"model": "m", "seed": 2**64}, "seed: Input should be less than or equal to 9223372036854775807"),
+        ({"model": "m", "iterations": True}, "iterations: expected an integer, not true/false"),
+        ({"model": "m", "batch_sizes": True}, "batch_sizes: batch sizes must be integers"),
+        ({"model": "m", "batch_sizes": "1,\u00b3"}, "comma-separated integers"),
+        ({"model": "m", "engine": {"dtype": "garbage"}}, "engine.dtype: dtype must be one of auto, float32"),
+        (
+            {"model": "m", "sampling": {"temperature": float("inf")}},
+            "sampling.temperature: Input should be a finite number",
+        ),
+        ({"model": "m", "fake": {"delay_s": float("nan")}}, "fake.delay_s: Input should be a finite number"),
+        (
+            {"model": "m", "engine": {"max_model_len": 2**31}},
+            "engine.max_model_len: Input should be less than",
+        ),
+        ({"model": "m", "revision": "r" * 201}, "revision: String should have at most 200 characters"),
+    ],
+)
+def test_values_a_store_cannot_hold_are_refused_on_both(data: dict[str, object], message: str) -> None:
+    with pytest.raises(PosbiasError) as raised:
+        JobSpec.build(data)
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_yaml_reads_by_the_rules_of_yaml_1_2(tmp_path: Path) -> None:
+    # YAML 1.1 (PyYAML's default) reads `1:30` as 90 and `010` as 8; every modern parser as text and 10.
+    (tmp_path / "job.yaml").write_text("model: m\niterations: 1:30\n")
+    with pytest.raises(PosbiasError, match="iterations: Input should be a valid integer"):
+        JobSpec.from_file(tmp_path / "job.yaml")
+    (tmp_path / "job.yaml").write_text("model: m\niterations: 010\nshuffle_choices: true\nseed: 0x10\n")
+    spec = JobSpec.from_file(tmp_path / "job.yaml")
+    assert (spec.iterations, spec.shuffle_choices, spec.seed) == (10, True, 16)
+
+
+def test_spec_files_are_read_only_when_regular_small_shallow_and_utf8(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.yaml")  # opening it must not wait for a writer
+    cases = {
+        tmp_path / "fifo.yaml": "is not a regular file",
+        Path("/dev/zero"): "is not a regular file",
+        tmp_path: "is a folder",
+    }
+    (tmp_path / "big.yaml").write_bytes(b"# padding\n" * 200_000)
+    cases[tmp_path / "big.yaml"] = "a spec is at most 1,048,576 bytes"
+    (tmp_path / "deep.json").write_text('{"model": ' + "[" * 5000 + "]" * 5000 + "}")
+    cases[tmp_path / "deep.json"] = "nests too deeply"
+    (tmp_path / "deep.yaml").write_text("model: " + "[" * 30 + "]" * 30 + "\n")
+    cases[tmp_path / "deep.yaml"] = "nests more than 16 levels deep"
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+    )
+    (tmp_path / "bomb.yaml").write_text(bomb)
+    cases[tmp_path / "bomb.yaml"] = "more than 100,000 values"
+    (tmp_path / "latin1.yaml").write_bytes("model: caf\u00e9\n".encode("latin-1"))
+    cases[tmp_path / "latin1.yaml"] = "is not UTF-8 text (byte 0xe9 at offset 10)"
+    for path, message in cases.items():
+        with pytest.raises(PosbiasError, match=re.escape(message)) as raised:
+            JobSpec.from_file(path)
+        assert str(path) in str(raised.value)

@@ -1,8 +1,11 @@
 """How `posbias worker` connects to a Ray cluster: which refusals it tries again, and what it says when it
-gives up. `ray.init` is replaced here (the real connections are in tests/deploy/test_ray_wiring.py); the
-refusals are the exceptions Ray Client raises."""
+gives up. `ray.init` is replaced here (the real connections are in tests/deploy/test_ray_wiring.py), and so
+is the TCP probe before it for the made-up address; the refusals are the exceptions Ray Client raises. The
+probe itself is tried on a real closed port."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 import ray
@@ -32,6 +35,7 @@ def connect_with(monkeypatch: pytest.MonkeyPatch, outcomes: list[BaseException |
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(dispatcher, "_probe", lambda address, *, seconds: None)
     return calls
 
 
@@ -60,3 +64,20 @@ def test_an_unreachable_cluster_is_not_tried_again(monkeypatch: pytest.MonkeyPat
     ):
         dispatcher.init_ray(CLIENT)
     assert len(calls) == 1
+
+
+def test_an_address_nothing_listens_on_is_refused_at_once_without_calling_ray(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    called: list[str] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: called.append(kwargs["address"]))
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(PosbiasError, match=r"cannot reach the Ray cluster .*refused.*ray start --head"):
+            dispatcher.init_ray(Settings(ray_address=address))
+    with pytest.raises(PosbiasError, match="is not a Ray address"):
+        dispatcher.init_ray(Settings(ray_address="127.0.0.1:notaport"))
+    assert called == []

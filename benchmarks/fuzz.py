@@ -1,0 +1,122 @@
+"""Bad input, thousands of cases: every one must exit 1 or 2 with one line on stderr, no traceback, no hang,
+and the store (and the working folder) unchanged.
+
+The cases are the suite's (tests/support/fuzzcases.py: spec files and their fields, flags, job ids, database
+URLs and foreign stores, settings and `.env` files, datasets, exports, schedules, Ray addresses), drawn from
+a seed, against a SQLite store and a throwaway PostgreSQL server (loopback only). Most run in this process
+through the command's real entry point and error mapping (`posbias.service.cli.app.run`); `--subprocess`
+of them, and every case that must be a process of its own (Ray), run as the `posbias` command. It prints,
+per template and in all: cases, tracebacks, multi-line errors, hangs, wrong exit codes, internal errors and
+changed stores, then each problem found. Exit code 1 when any.
+
+    python benchmarks/fuzz.py                      # 3,000 cases per store, 150 of them as processes
+    python benchmarks/fuzz.py --cases 200 --subprocess 10 --dialects sqlite   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from contextlib import ExitStack
+from itertools import islice
+from pathlib import Path
+
+# tests/support (throwaway PostgreSQL, the fuzz cases) is shared with the tests; not part of the product.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import fuzzcases
+from support import postgres as throwaway_postgres
+
+REPO = Path(__file__).resolve().parents[1]
+COLUMNS = (
+    "cases",
+    "traceback",
+    "multi-line",
+    "hang",
+    "exit code",
+    "internal",
+    "store changed",
+    "folder changed",
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=3000, help="Cases per store.")
+    parser.add_argument("--subprocess", type=int, default=150, help="Of them, run as `posbias` processes.")
+    parser.add_argument("--seed", type=int, default=18)
+    parser.add_argument("--dialects", default="sqlite,postgresql", help="Stores to run against.")
+    parser.add_argument("--mmlu-dir", type=Path, default=REPO.parent / "shared" / "data" / "mmlu")
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    problems: list[str] = []
+    slowest: list[tuple[float, str]] = []
+    with ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="posbias-fuzz-")))
+        silent = stack.enter_context(fuzzcases.silent_server())
+        for dialect in args.dialects.split(","):
+            if dialect == "postgresql":
+                server = stack.enter_context(throwaway_postgres.running())
+                url = server.create_database(f"fuzz_{uuid.uuid4().hex[:8]}")
+                foreign = fuzzcases.foreign_postgres(server, f"foreign_{uuid.uuid4().hex[:8]}")
+                port: int | None = server.port
+            else:
+                url, foreign, port = f"sqlite:///{root / 'store' / 'posbias.db'}", None, None
+                (root / "store").mkdir()
+            job = fuzzcases.prepare_store(url, mmlu_dir=args.mmlu_dir, cache_dir=root / "cache")
+            context = fuzzcases.Context(
+                store_url=url,
+                dialect=dialect,
+                job_id=job,
+                closed_port=fuzzcases.closed_port(),
+                silent_port=silent,
+                postgres_port=port,
+                foreign_postgres_url=foreign,
+            )
+            cases = list(islice(fuzzcases.generate(args.seed, context), args.cases))
+            every = max(1, len(cases) // max(args.subprocess, 1)) if args.subprocess else 0
+            for number, case in enumerate(cases):
+                folder = root / dialect / f"case{number:05d}"
+                as_process = not case.in_process or (every and number % every == 0)
+                run = fuzzcases.run_subprocess if as_process else fuzzcases.run_in_process
+                outcome = run(case, context, folder=folder, cache_dir=root / "cache", mmlu_dir=args.mmlu_dir)
+                tally = counts[(dialect, case.template)]
+                tally["cases"] += 1
+                found = outcome.problems
+                tally["traceback"] += "traceback" in found
+                tally["multi-line"] += any(p.endswith("lines on stderr") for p in found)
+                tally["hang"] += "hang" in found
+                tally["exit code"] += any(p.startswith("exit ") for p in found)
+                tally["internal"] += "internal error" in found
+                tally["store changed"] += "store changed" in found
+                tally["folder changed"] += "working folder changed" in found
+                tally["processes"] += bool(as_process)
+                if found:
+                    problems.append(f"{dialect}: {outcome.report()}")
+                slowest.append((outcome.seconds, f"{dialect}: {case.describe()}"))
+            done = sum(tally["cases"] for (store, _), tally in counts.items() if store == dialect)
+            print(f"{dialect}: {done:,} cases in {time.monotonic() - started:.0f} s", flush=True)
+
+    width = max(len(t) for _, t in counts) + 2
+    print(f"{'store':<11}{'template':<{width}}" + "".join(f"{c:>15}" for c in COLUMNS))
+    totals: Counter[str] = Counter()
+    for (dialect, name), tally in sorted(counts.items()):
+        print(f"{dialect:<11}{name:<{width}}" + "".join(f"{tally[c]:>15,}" for c in COLUMNS))
+        totals.update(tally)
+    print(f"{'all':<11}{'':<{width}}" + "".join(f"{totals[c]:>15,}" for c in COLUMNS))
+    print(
+        f"{totals['cases']:,} cases ({totals['processes']:,} as processes) in "
+        f"{time.monotonic() - started:.0f} s; slowest {max(slowest)[0]:.1f} s ({max(slowest)[1]})"
+    )
+    for line in problems:
+        print("problem:", line)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

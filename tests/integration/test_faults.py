@@ -1,0 +1,435 @@
+"""The dispatcher through faults users meet: its store restarting, filling up or turning read-only mid-run,
+the store staying down, and the dispatcher itself killed again and again during one job. Each job must end
+exactly once: every (trial, position) written once, no shard dead, no attempt charged for what happened to
+the store or the dispatcher.
+
+Faults are real where this machine allows: a PostgreSQL server shut down and started again, a PostgreSQL
+database switched to read-only sessions, a tablespace on a small tmpfs that fills up (root only, else
+skipped), `kill -9` of dispatcher processes. SQLite's own limits stand in for its file system:
+`max_page_count` makes the database full (SQLITE_FULL) and `query_only` makes it read-only
+(SQLITE_READONLY), the errors a full disk and a read-only file give.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+import pytest
+import ray
+from sqlalchemy import event, text
+from support.postgres import PostgresServer, running
+
+from posbias.schemas import ShardResult, Submitted
+from posbias.service import database, jobs
+from posbias.service.database import Database, StoreError
+from posbias.service.dispatcher import Dispatcher
+from posbias.service.settings import Settings
+from posbias.service.tables import JobStatus
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def result_rows(db: Database, job_id: int) -> tuple[int, int]:
+    """(result rows, distinct (trial, position) pairs) of a job."""
+    with db.read() as session:
+        rows = session.execute(
+            text(
+                "SELECT count(*), count(DISTINCT trial_id * 1000 + position) FROM results WHERE job_id = :j"
+            ),
+            {"j": job_id},
+        ).one()
+    return int(rows[0]), int(rows[1])
+
+
+def assert_done_exactly_once(db: Database, job_id: int) -> None:
+    """The job is done, every (trial, position) written once, no shard dead or charged an attempt."""
+    record = jobs.get(db, job_id)
+    assert record.status is JobStatus.done, record.error
+    spec = record.spec
+    expected = sum(spec.trials_per_batch_size(n) * n for n in spec.batch_sizes)
+    rows, distinct = result_rows(db, job_id)
+    assert rows == distinct == expected
+    shards = jobs.shards(db, job_id)
+    assert all(s.status.value == "done" for s in shards)
+    assert all(s.attempts == 0 for s in shards), [(s.index, s.attempts, s.last_error) for s in shards]
+    with db.read() as session:
+        counted = session.execute(text("SELECT sum(n) FROM curve_points WHERE job_id = :j"), {"j": job_id})
+        assert counted.scalar_one() == rows
+
+
+# --- faults of the store ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """A fault to switch on once the dispatcher has written a few shards, and off once it has seen it."""
+
+    on: Callable[[], None]
+    off: Callable[[], None]
+
+
+class SqliteLimits:
+    """SQLite's own limits, applied to every connection of `db` as it is taken from the pool while set:
+    `full` (max_page_count at the database's size, so it cannot grow) or `read-only` (query_only)."""
+
+    def __init__(self, db: Database) -> None:
+        self.mode: str | None = None
+        # At checkout, before any transaction: BEGIN IMMEDIATE is itself refused while query_only is on.
+        event.listen(db.engine.pool, "checkout", self._checkout)
+
+    def _checkout(self, raw: Any, record: Any, proxy: Any) -> None:
+        # query_only first: while it is on, SQLite refuses the other pragma too.
+        raw.execute(f"PRAGMA query_only = {'ON' if self.mode == 'read-only' else 'OFF'}")
+        raw.execute(f"PRAGMA max_page_count = {1 if self.mode == 'full' else 4294967294}")
+
+    def fault(self, mode: str) -> Fault:
+        def on() -> None:
+            self.mode = mode
+
+        def off() -> None:
+            self.mode = None
+
+        return Fault(on=on, off=off)
+
+
+def _admin(server: PostgresServer) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        host=server.host, port=server.port, user="posbias", dbname="postgres", autocommit=True
+    )
+
+
+def postgres_read_only(server: PostgresServer, name: str) -> Fault:
+    """Sessions of database `name` become read-only (as on a replica the store failed over to), and back."""
+
+    def switch(on: bool) -> None:
+        setting = "SET default_transaction_read_only = on" if on else "RESET default_transaction_read_only"
+        with _admin(server) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" {setting}')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+            )
+
+    return Fault(on=lambda: switch(True), off=lambda: switch(False))
+
+
+def postgres_restart(server: PostgresServer) -> Fault:
+    """The server shut down (sessions cut) and, once the dispatcher has noticed, started again."""
+    return Fault(on=server.halt, off=server.resume)
+
+
+def run_through(db: Database, settings: Settings, job_id: int, fault: Fault, *, after: int = 2) -> Dispatcher:
+    """Dispatch `job_id` to the end, switching `fault` on after `after` shards are written and off once the
+    dispatcher has seen the store fail (and a second more)."""
+    dispatcher = Dispatcher(db, settings=settings, job_ids=[job_id])
+    written: list[int] = []
+    threads: list[threading.Thread] = []
+    seen: list[bool] = []
+
+    def lift() -> None:
+        fault.on()
+        deadline = time.monotonic() + 60
+        while not dispatcher.store_down and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append(dispatcher.store_down)
+        time.sleep(1.0)
+        fault.off()
+
+    def on_written(result: ShardResult) -> None:
+        written.append(result.shard_id)
+        if len(written) == after:
+            threads.append(threading.Thread(target=lift))
+            threads[0].start()
+
+    try:
+        dispatcher.run(on_written=on_written)
+    finally:
+        for thread in threads:
+            thread.join()
+        dispatcher.close()
+    assert seen == [True], "the dispatcher never saw the store fail"
+    assert dispatcher.outages >= 1
+    return dispatcher
+
+
+SLOW_JOB = {"batch_sizes": (2,), "iterations": 24, "shard_size": 1, "fake": {"delay_s": 0.1}}
+
+
+@pytest.mark.parametrize("mode", ["full", "read-only"])
+def test_a_sqlite_store_that_fills_up_or_turns_read_only_mid_run_is_waited_out(
+    tmp_path: Path,
+    sqlite_template: Path,
+    make_job: Callable[..., Submitted],
+    fast_settings: Callable[..., Settings],
+    mode: str,
+) -> None:
+    path = tmp_path / "posbias.db"
+    shutil.copyfile(sqlite_template, path)
+    with database.connect(f"sqlite:///{path}") as db:
+        job = make_job(db, **SLOW_JOB).job_id
+        limits = SqliteLimits(db)
+        run_through(db, fast_settings(db.url), job, limits.fault(mode))
+        assert_done_exactly_once(db, job)
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this module's own: these tests stop it and make it read-only."""
+    with running() as server:
+        yield server
+
+
+def _fresh(server: PostgresServer, **create: str) -> tuple[str, str]:
+    name = f"faults_{uuid.uuid4().hex[:10]}"
+    with _admin(server) as admin:
+        options = " ".join(f"{key} {value}" for key, value in create.items())
+        admin.execute(f'CREATE DATABASE "{name}" {options}')
+    url = server.url(name)
+    database.upgrade(url)
+    return name, url
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("fault", ["restart", "read-only"])
+def test_a_postgres_store_that_restarts_or_turns_read_only_mid_run_is_waited_out(
+    own_postgres: PostgresServer,
+    make_job: Callable[..., Submitted],
+    fast_settings: Callable[..., Settings],
+    fault: str,
+) -> None:
+    name, url = _fresh(own_postgres)
+    with database.connect(url) as db:
+        job = make_job(db, **SLOW_JOB).job_id
+        chosen = (
+            postgres_restart(own_postgres) if fault == "restart" else postgres_read_only(own_postgres, name)
+        )
+        run_through(db, fast_settings(db.url), job, chosen)
+        assert_done_exactly_once(db, job)
+
+
+def _small_filesystem(owner: PostgresServer) -> Path | None:
+    """A 16 MiB tmpfs the server can write to, or None where this process cannot mount one."""
+    # In the temporary folder itself: the server's user must be able to reach it (pytest's are private).
+    folder = Path(tempfile.mkdtemp(prefix="posbias-small-"))
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        folder.rmdir()
+        return None
+    if owner.run_as is not None:
+        os.chown(folder, owner.run_as.pw_uid, owner.run_as.pw_gid)
+    return folder
+
+
+@pytest.mark.postgres
+def test_a_postgres_store_whose_disk_fills_up_mid_run_is_waited_out(
+    own_postgres: PostgresServer,
+    make_job: Callable[..., Submitted],
+    fast_settings: Callable[..., Settings],
+    tmp_path: Path,
+) -> None:
+    folder = _small_filesystem(own_postgres)
+    if folder is None:
+        pytest.skip("needs a small file system for a tablespace (mounting a tmpfs needs root)")
+    space = f"small_{uuid.uuid4().hex[:6]}"
+    try:
+        with _admin(own_postgres) as admin:
+            admin.execute(f"CREATE TABLESPACE {space} LOCATION '{folder}'")
+        name, url = _fresh(own_postgres, TABLESPACE=space)
+        filler = psycopg.connect(
+            host=own_postgres.host, port=own_postgres.port, user="posbias", dbname=name, autocommit=True
+        )
+        try:
+
+            def fill() -> None:  # until the disk is full: what another tenant of the disk does
+                filler.execute("CREATE TABLE filler (x text)")
+                filler.execute("ALTER TABLE filler ALTER COLUMN x SET STORAGE EXTERNAL")  # no compression
+                for _ in range(10_000):
+                    try:
+                        filler.execute(
+                            "INSERT INTO filler SELECT repeat('x', 100000) FROM generate_series(1, 10)"
+                        )
+                    except psycopg.errors.DiskFull:
+                        return
+
+            with database.connect(url) as db:
+                # Shards of 100 results each, so every write needs pages the full disk cannot give.
+                job = make_job(
+                    db, batch_sizes=(20,), iterations=60, shard_size=5, fake={"delay_s": 0.05}
+                ).job_id
+                freed = Fault(on=fill, off=lambda: filler.execute("DROP TABLE filler"))
+                run_through(db, fast_settings(db.url), job, freed)
+                assert_done_exactly_once(db, job)
+        finally:
+            filler.close()
+        own_postgres.drop_database(name)
+        with _admin(own_postgres) as admin:
+            admin.execute(f"DROP TABLESPACE {space}")
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_store_that_stays_down_ends_the_dispatcher_with_one_line_and_the_job_resumes_later(
+    tmp_path: Path,
+    sqlite_template: Path,
+    make_job: Callable[..., Submitted],
+    fast_settings: Callable[..., Settings],
+) -> None:
+    path = tmp_path / "posbias.db"
+    shutil.copyfile(sqlite_template, path)
+    with database.connect(f"sqlite:///{path}") as db:
+        job = make_job(db, **SLOW_JOB).job_id
+        limits = SqliteLimits(db)
+        settings = fast_settings(db.url, store_outage_seconds=2.0, lease_seconds=3.0)
+        dispatcher = Dispatcher(db, settings=settings, job_ids=[job])
+
+        def stays_read_only(result: ShardResult) -> None:
+            limits.mode = "read-only"
+
+        try:
+            with pytest.raises(StoreError) as raised:
+                dispatcher.run(on_written=stays_read_only)
+        finally:
+            dispatcher.close()
+        message = str(raised.value)
+        assert "\n" not in message and "gave up on the store" in message and "read-only" in message
+
+        limits.mode = None  # the store is writable again; the stranded leases lapse, then run elsewhere
+        again = Dispatcher(db, settings=settings, job_ids=[job])
+        try:
+            again.run()
+        finally:
+            again.close()
+        assert_done_exactly_once(db, job)
+
+
+# --- faults of the dispatcher -----------------------------------------------------------------------------
+
+
+def worker(url: str, address: str, tmp_path: Path) -> subprocess.Popen[str]:
+    """`posbias worker --until-empty` on the session's Ray, with a lease far longer than the test may take:
+    a restart can only resume at once if the dead dispatcher's leases are reclaimed, not waited out."""
+    environment = {
+        **os.environ,
+        "POSBIAS_DATABASE_URL": url,
+        "POSBIAS_CACHE_DIR": str(tmp_path / "cache"),
+        "POSBIAS_POLL_SECONDS": "0.05",
+        "POSBIAS_HEARTBEAT_SECONDS": "1",
+        "POSBIAS_LEASE_SECONDS": "3600",
+        "RAY_ADDRESS": "",
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "posbias.service.cli",
+            "worker",
+            "--until-empty",
+            "--json",
+            "--ray-address",
+            address,
+        ],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.postgres
+def test_a_dispatcher_killed_ten_times_in_one_job_finishes_it_exactly_once_without_waiting_out_leases(
+    postgres_url: str, make_job: Callable[..., Submitted], tmp_path: Path
+) -> None:
+    # Each kill takes the driver only (as the OOM killer does); its actors die with it. The restart on the
+    # same machine sees the dead process and reclaims its leases at once: with an hour's lease, waiting
+    # them out would stall the test for an hour.
+    address = "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
+    database_url = postgres_url
+    with database.connect(database_url) as db:
+        job = make_job(db, batch_sizes=(2,), iterations=160, shard_size=1, fake={"delay_s": 0.05}).job_id
+        gone: set[str] = set()
+
+        def holder() -> str | None:
+            """A dispatcher that is not one of the killed ones holding a lease of the job."""
+            owners = {s.lease_owner for s in jobs.shards(db, job) if s.status.value == "leased"}
+            fresh = owners - gone - {None}
+            return next(iter(fresh)) if fresh else None
+
+        for kill in range(10):
+            process = worker(database_url, address, tmp_path)
+            before = jobs.progress(db, job).trials_done
+            # Half the kills as soon as the new dispatcher holds leases (before its engine has them), half
+            # once it has written a shard: either way its restart must take over at once.
+            wait_for(lambda: holder() is not None, timeout=90, what=f"restart {kill} to lease")
+            if kill % 2:
+                wait_for(
+                    lambda before=before: jobs.progress(db, job).trials_done > before,
+                    timeout=90,
+                    what=f"restart {kill} to write a shard",
+                )
+            owner = holder()
+            process.send_signal(signal.SIGKILL)
+            process.communicate()
+            gone.add(str(owner))
+            assert jobs.get(db, job).status is JobStatus.running, "the job finished before the tenth kill"
+        last = worker(database_url, address, tmp_path)
+        stdout, stderr = last.communicate(timeout=180)
+        assert last.returncode == 0, stderr
+        assert json.loads(stdout)["shards_written"] > 0
+
+        assert_done_exactly_once(db, job)
+        shards = jobs.shards(db, job)
+        assert sum(s.lapses for s in shards) > 0, "no kill ever left a lease behind"
+        reclaimed = [s.last_error for s in shards if s.last_error]
+        assert reclaimed and all("exited while holding it" in e for e in reclaimed), reclaimed
+
+
+def test_the_local_ray_a_killed_dispatcher_started_does_not_outlive_it(
+    tmp_path: Path, sqlite_template: Path, make_job: Callable[..., Submitted]
+) -> None:
+    path = tmp_path / "posbias.db"
+    shutil.copyfile(sqlite_template, path)
+    url = f"sqlite:///{path}"
+    with database.connect(url) as db:
+        job = make_job(db, batch_sizes=(2,), iterations=200, shard_size=1, fake={"delay_s": 0.1}).job_id
+        process = worker(url, "local", tmp_path)
+        wait_for(lambda: jobs.progress(db, job).trials_done > 0, timeout=120, what="the dispatcher to run")
+        family = psutil.Process(process.pid).children(recursive=True)
+        reapers = [p for p in family if "posbias.service.reaper" in " ".join(p.cmdline())]
+        ray_processes = [p for p in family if p not in reapers]
+        assert len(reapers) == 1 and ray_processes, [p.cmdline()[:3] for p in family]
+
+        process.send_signal(signal.SIGKILL)  # the driver alone, as the OOM killer takes it
+        process.communicate()
+
+        left = lambda: [p for p in ray_processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # noqa: E731
+        wait_for(lambda: not left(), timeout=60, what="the Ray processes to end")
+        wait_for(
+            lambda: not reapers[0].is_running() or reapers[0].status() == psutil.STATUS_ZOMBIE,
+            timeout=30,
+            what="the reaper to exit",
+        )
