@@ -1,6 +1,14 @@
 """posbias.schemas: the pydantic records every part of posbias shares. No I/O happens here."""
 
 from posbias.schemas.curve import Comparison, Curve, CurveAxis, CurvePoint, CurveQuery, DiffPoint, Interval
+from posbias.schemas.endpoint import (
+    Constraint,
+    EndpointApi,
+    EndpointCapabilities,
+    EndpointReport,
+    ServedMode,
+    TokenSource,
+)
 from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, one_line
 from posbias.schemas.job import (
     AnswerMode,
@@ -57,6 +65,7 @@ __all__ = [
     "ChatTemplateUse",
     "Comparison",
     "ConflictError",
+    "Constraint",
     "Curve",
     "CurveAxis",
     "CurvePoint",
@@ -66,6 +75,9 @@ __all__ = [
     "DiffPoint",
     "DispatchSummary",
     "DryRun",
+    "EndpointApi",
+    "EndpointCapabilities",
+    "EndpointReport",
     "EngineInfo",
     "EngineName",
     "EngineOptions",
@@ -92,12 +104,14 @@ __all__ = [
     "RotationCostWarning",
     "RunOutcome",
     "SamplingSpec",
+    "ServedMode",
     "ShardFailure",
     "ShardRecord",
     "ShardResult",
     "ShardSpec",
     "ShardStatus",
     "Submitted",
+    "TokenSource",
     "Trial",
     "TrialResult",
     "TrialStatus",

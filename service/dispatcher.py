@@ -342,7 +342,13 @@ class Dispatcher:
         results: list[ShardResult] = []
         for outcome in outcomes:
             if isinstance(outcome, ShardFailure):
-                queue.fail(self.db, outcome.shard_id, owner=self.owner, error=outcome.error)
+                if outcome.stop_job:  # its cost guard: nothing of the job may run any more
+                    job_id = next(
+                        f.lease.shard.job_id for f in flights if f.lease.shard_id == outcome.shard_id
+                    )
+                    jobs.fail(self.db, job_id, error=outcome.error)
+                else:
+                    queue.fail(self.db, outcome.shard_id, owner=self.owner, error=outcome.error)
                 summary.shards_failed += 1
             else:
                 results.append(outcome)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from posbias.schemas import (
     FINISHED_JOB_STATUSES,
     ConflictError,
+    EndpointReport,
     EngineInfo,
     JobProgress,
     JobRecord,
@@ -41,8 +42,16 @@ def _not_found(job_id: int) -> NotFoundError:
 # --- submitting ---------------------------------------------------------------------------------------
 
 
-def submit(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | None = None) -> Submitted:
-    """Write a job with its shards, planned trials and (missing) questions in one transaction.
+def submit(
+    db: Database,
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    idempotency_key: str | None = None,
+    endpoint: EndpointReport | None = None,
+) -> Submitted:
+    """Write a job with its shards, planned trials and (missing) questions in one transaction; `endpoint`
+    is what submit found out about a served model's endpoint (engine `openai`), stored with the job.
 
     With an `idempotency_key` that already names a job, return that job instead (also when two submits
     race); a different spec under the same key is a `ConflictError`.
@@ -55,7 +64,9 @@ def submit(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | No
                 existing = _job_by_key(session, idempotency_key)
                 if existing is not None:
                     return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
-            job_id = _insert_job(session, spec, plan, idempotency_key=idempotency_key, spec_hash=spec_hash)
+            job_id = _insert_job(
+                session, spec, plan, idempotency_key=idempotency_key, spec_hash=spec_hash, endpoint=endpoint
+            )
     except IntegrityError:
         # Two submits with one key: the unique constraint let one in; the other returns its job.
         if idempotency_key is None:
@@ -90,7 +101,13 @@ def _resubmitted(job: Job, *, key: str, spec_hash: str) -> Submitted:
 
 
 def _insert_job(
-    session: Session, spec: JobSpec, plan: Plan, *, idempotency_key: str | None, spec_hash: str
+    session: Session,
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    idempotency_key: str | None,
+    spec_hash: str,
+    endpoint: EndpointReport | None,
 ) -> int:
     dialect = session.get_bind().dialect.name
     job = Job(
@@ -105,6 +122,7 @@ def _insert_job(
         idempotency_key=idempotency_key,
         trials_total=len(plan.trials),
         shards_total=len(plan.shards),
+        endpoint=None if endpoint is None else endpoint.model_dump(mode="json"),
     )
     session.add(job)
     session.flush()  # raises IntegrityError here when another submit took the idempotency key
@@ -316,6 +334,7 @@ def _record(session: Session, job: Job) -> JobRecord:
         shards_total=job.shards_total,
         engine=None if job.engine is None else EngineInfo.model_validate(job.engine),
         progress=_progress(session, job),
+        endpoint=None if job.endpoint is None else EndpointReport.model_validate(job.endpoint),
     )
 
 

@@ -111,7 +111,8 @@ class ModelPools:
     def placement(self, template: ShardSpec) -> Placement:
         """Resources and actor count for a model, from the cluster's free GPUs (or CPUs)."""
         engine = template.engine
-        if engine.name is EngineName.fake:
+        # An endpoint's actor only holds an HTTP client: one per endpoint, no GPU, no CPU reserved.
+        if engine.name in (EngineName.fake, EngineName.openai):
             return Placement(num_cpus=0, num_gpus=0, actors=self._actors_per_model or 1)
         total_gpus = _resources(free=False).get("GPU", 0.0)
         if total_gpus <= 0:
