@@ -53,6 +53,11 @@ class Curve(Record):
     slope: Interval | None = Field(
         None, description="Least-squares accuracy change per position, cluster-bootstrapped over trials."
     )
+    note: str | None = Field(
+        None,
+        description="What the reader must know, e.g. that some jobs' token offsets are unknown (a served "
+        "model without a tokenizer), so their token distances are null.",
+    )
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per point, with the curve's model, revision and batch size as columns."""

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from posbias.schemas import Comparison, Curve, CurveAxis, CurveQuery, NotFoundError, PosbiasError
+from posbias.schemas import (
+    Comparison,
+    Curve,
+    CurveAxis,
+    CurveQuery,
+    NotFoundError,
+    PosbiasError,
+    TokenSource,
+)
 from posbias.service import analysis, jobs, store
 from posbias.service.database import Database
 
@@ -33,10 +41,13 @@ def curves(
     )
     if not job_ids:
         raise NotFoundError(f"no results for {query.describe()}: check `posbias status` and `posbias models`")
+    note = _offsets_note(db, job_ids)
     if by is CurveAxis.token_distance:
         rows = store.token_distance_rows(db, job_ids=job_ids, batch_size=query.batch_size)
         points = analysis.token_distance_points(rows, bin_width=bin_width)
         sizes = sorted({p.batch_size for p in points})
+        if not sizes and note is not None:
+            raise NotFoundError(f"no token distances for {query.describe()}: {note}")
         return [
             Curve(
                 model=model,
@@ -45,6 +56,7 @@ def curves(
                 batch_size=n,
                 by=CurveAxis.token_distance.value,
                 points=tuple(p for p in points if p.batch_size == n),
+                note=note,
             )
             for n in sizes
         ]
@@ -52,7 +64,7 @@ def curves(
         db, model=query.model, revision=query.revision, batch_size=query.batch_size, job_id=query.job_id
     )
     sizes = sorted({c.batch_size for c in counts})
-    return [
+    built = [
         analysis.build_curve(
             counts,
             model=model,
@@ -64,6 +76,23 @@ def curves(
         )
         for n in sizes
     ]
+    return built if note is None else [c.model_copy(update={"note": note}) for c in built]
+
+
+def _offsets_note(db: Database, job_ids: list[int]) -> str | None:
+    """Says which jobs ran on an endpoint whose tokenizer is unknown (their token distances are null)."""
+    unknown = [
+        job_id
+        for job_id, endpoint in jobs.endpoints(db, job_ids).items()
+        if endpoint.mode.token_offsets is TokenSource.none
+    ]
+    if not unknown:
+        return None
+    which = ", ".join(map(str, unknown))
+    return (
+        f"token offsets are unknown for job {which} (its endpoint has no /tokenize and the job named no "
+        "tokenizer): token distances are null there"
+    )
 
 
 def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> Comparison:

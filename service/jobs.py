@@ -338,6 +338,20 @@ def _record(session: Session, job: Job) -> JobRecord:
     )
 
 
+def endpoints(db: Database, job_ids: Iterable[int]) -> dict[int, EndpointReport]:
+    """The endpoint reports of those of `job_ids` that ran on a served model, by job id."""
+    wanted = sorted(set(job_ids))
+    found: dict[int, EndpointReport] = {}
+    with db.read() as session:
+        for start in range(0, len(wanted), IN_CHUNK):
+            # Filtered here, not in SQL: a JSON column may hold JSON null rather than SQL NULL.
+            query = select(Job.id, Job.endpoint).where(Job.id.in_(wanted[start : start + IN_CHUNK]))
+            for job_id, endpoint in session.execute(query):
+                if endpoint is not None:
+                    found[job_id] = EndpointReport.model_validate(endpoint)
+    return found
+
+
 def shards(db: Database, job_id: int) -> list[ShardRecord]:
     """A job's shards in order. `NotFoundError` when there is no such job."""
     with db.read() as session:

@@ -23,7 +23,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -135,10 +135,13 @@ class EndpointSession:
         tokens: int = 0,
         retries: int | None = None,
         root: bool = False,
+        admit: Callable[[], Callable[[], None]] | None = None,
     ) -> Any:
         """POST `body` (or GET, without one) to `path` under the base URL (`root`: under the server's root)
         and return the decoded JSON, retrying as the module docstring says. `tokens` counts against the
-        token rate limit. Raises `EndpointError` (one line, key scrubbed) once it gives up."""
+        token rate limit. `admit`, when given, is called as each try is about to be sent (it may raise to
+        stop it) and returns what to call once that try is over. Raises `EndpointError` (one line, key
+        scrubbed) once it gives up."""
         url = (self.root if root else self.base_url) + path
         tries = 1 + (self.limits.max_retries if retries is None else retries)
         reason = ""
@@ -146,6 +149,7 @@ class EndpointSession:
             await self._limiter.acquire(tokens)
             retry_after: float | None = None
             async with self._slots:
+                release = admit() if admit is not None else None
                 try:
                     if body is None:
                         response = await self._client.get(url)
@@ -171,6 +175,9 @@ class EndpointSession:
                         raise EndpointError(
                             self.scrub(f"{path} answered HTTP {status}: {_server_message(response)}")
                         )
+                finally:
+                    if release is not None:
+                        release()
             if attempt + 1 < tries:
                 await asyncio.sleep(_backoff(attempt, retry_after=retry_after))
         raise EndpointError(self.scrub(f"{path} failed after {tries} tries: {reason}"))
@@ -256,15 +263,16 @@ class RequestCache:
     def _path(self, key: str) -> Path:
         return self._folder / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> Any | None:
-        """The stored answer, or None."""
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored entry (a mapping, as it was put), or None."""
         try:
-            return json.loads(self._path(key).read_text())
+            entry = json.loads(self._path(key).read_text())
         except (OSError, ValueError):
             return None
+        return entry if isinstance(entry, dict) else None
 
-    def put(self, key: str, answer: Any) -> None:
-        """Store an answer (best effort: a full disk costs a second payment later, not this result)."""
+    def put(self, key: str, answer: dict[str, Any]) -> None:
+        """Store an entry (best effort: a full disk costs a second payment later, not this result)."""
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -49,11 +49,21 @@ class TokenBudget:
     """Tokens the endpoint reported for answers received."""
     reserved: int = 0
     """Upper bounds of requests in flight."""
+    bounded: int = 0
+    """The upper bounds of the answers received, to compare with what they spent."""
 
     @property
     def left(self) -> int:
         """Tokens not yet spent or reserved."""
         return self.limit - self.spent - self.reserved
+
+    def scaled(self, bound: int) -> int:
+        """`bound` scaled by how far the endpoint's counts have exceeded the bounds so far: without a
+        tokenizer a prompt's tokens are estimated, and an endpoint that counts more must not be let through
+        on the estimate."""
+        if self.bounded <= 0 or self.spent <= self.bounded:
+            return bound
+        return -(-bound * self.spent // self.bounded)
 
 
 class CostGuardError(PosbiasError):

@@ -17,7 +17,7 @@ import asyncio
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,14 @@ from posbias.workers.endpoint import (
     Limits,
     RequestCache,
 )
-from posbias.workers.engine import CostGuardError, Encoding, Generation, GenerationRequest, Tokenizer
+from posbias.workers.engine import (
+    CostGuardError,
+    Encoding,
+    Generation,
+    GenerationRequest,
+    TokenBudget,
+    Tokenizer,
+)
 
 CHARS_PER_TOKEN = 4
 """Without a tokenizer, a prompt's tokens are estimated at this many characters a token (English text)."""
@@ -659,6 +666,15 @@ def generation_from(answer: Any, *, chat: bool) -> Generation:
     )
 
 
+def _usage(answer: Any, *, default: int) -> int:
+    """Tokens an answer cost as the endpoint reported them (prompt plus output); `default` when it did not."""
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    if not isinstance(usage, dict):
+        return default
+    spent = (_int(usage.get("prompt_tokens")) or 0) + (_int(usage.get("completion_tokens")) or 0)
+    return spent or default
+
+
 def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
@@ -767,9 +783,17 @@ class OpenAIEngine:
         needs: dict[int, tuple[Any, int]] = {}
         for call, hit in zip(calls, cached, strict=True):
             budget = call.request.budget
-            if budget is not None and hit is None:
+            if budget is None:
+                continue
+            if hit is None:
                 held = needs.get(id(budget), (budget, 0))
                 needs[id(budget)] = (budget, held[1] + call.bound)
+            elif hit.get("paid_by") == budget.label:
+                # Paid for by an earlier attempt of this shard: it counts against the same share, so no
+                # number of attempts can spend more than the share.
+                budget.spent += _usage(hit.get("answer"), default=call.bound)
+                budget.bounded += call.bound
+                needs.setdefault(id(budget), (budget, 0))
         for budget, need in needs.values():
             if need > budget.left:
                 raise CostGuardError(
@@ -854,28 +878,18 @@ class OpenAIEngine:
             bound=prompt_tokens + request.max_tokens,
         )
 
-    async def _answer(self, call: _Call, hit: Any | None) -> Generation:
+    async def _answer(self, call: _Call, hit: dict[str, Any] | None) -> Generation:
         budget = call.request.budget
-        answer = hit
-        if answer is None:
-            if budget is not None:
-                if call.bound > budget.left:
-                    raise CostGuardError(
-                        f"cost guard: {budget.label} has spent {budget.spent:,} tokens and the next prompt "
-                        f"needs up to {call.bound:,}, more than its share of the job's engine.max_job_tokens "
-                        "allows; it was not sent"
-                    )
-                budget.reserved += call.bound
-            try:
-                answer = await self._session.request(call.path, call.body, tokens=call.bound)
-            finally:
-                if budget is not None:
-                    budget.reserved -= call.bound
-            self._cache.put(call.key, answer)
+        if hit is not None:
+            answer = hit.get("answer")
+        else:
+            admit = None if budget is None else _admission(budget, bound=call.bound)
+            answer = await self._session.request(call.path, call.body, tokens=call.bound, admit=admit)
+            self._cache.put(call.key, {"answer": answer, "paid_by": None if budget is None else budget.label})
         generation = generation_from(answer, chat=call.chat)
         if budget is not None and hit is None:
-            reported = (generation.prompt_tokens or 0) + (generation.output_tokens or 0)
-            budget.spent += reported or call.bound
+            budget.spent += _usage(answer, default=call.bound)
+            budget.bounded += call.bound
         if call.json_sheet:
             text, offsets = sheet_from_json(generation.text, generation.token_offsets)
             generation = Generation(
@@ -909,6 +923,28 @@ class OpenAIEngine:
     def close(self) -> None:
         """Close the HTTP client (the actor calls this before loading another model)."""
         self._session.close()
+
+
+def _admission(budget: TokenBudget, *, bound: int) -> Callable[[], Callable[[], None]]:
+    """What lets a request through its shard's cost guard: as it is about to be sent (not when it is queued,
+    so what answers have already spent counts), it reserves its bound, scaled by how far the endpoint's counts
+    have exceeded the bounds so far, or is stopped."""
+
+    def admit() -> Callable[[], None]:
+        reserve = budget.scaled(bound)
+        if reserve > budget.left:
+            raise CostGuardError(
+                f"cost guard: {budget.label} has spent {budget.spent:,} tokens and its next prompt needs up "
+                f"to {reserve:,}, more than its share of the job's engine.max_job_tokens leaves; not sent"
+            )
+        budget.reserved += reserve
+
+        def release() -> None:
+            budget.reserved -= reserve
+
+        return release
+
+    return admit
 
 
 class _Call:

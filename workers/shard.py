@@ -83,7 +83,7 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
     skipped: dict[int, TrialResult] = {}
     budget = None
     if shard.token_budget is not None:
-        budget = TokenBudget(limit=shard.token_budget, label=f"shard {shard.shard_id}")
+        budget = TokenBudget(limit=shard.token_budget, label=f"shard {shard.shard_id} of job {shard.job_id}")
     # Random, unseeded sampling: two trials' answers must never come from one cache entry of an endpoint.
     random_draws = shard.sampling.temperature > 0 and shard.sampling.seed is None
     for trial in shard.trials:

@@ -115,6 +115,8 @@ def print_curve(c: Curve) -> None:
             num(p.mean_gold_prob),
         )
     out.print(table)
+    if c.note is not None:
+        out.print(f"note: {c.note}")
     if c.first_last_ratio is not None:
         r = c.first_last_ratio
         if r.estimate is None:
