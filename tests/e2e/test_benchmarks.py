@@ -50,7 +50,7 @@ def readme_invocations(script: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("script", ["store.py", "dispatch.py", "throughput.py"])
+@pytest.mark.parametrize("script", ["store.py", "dispatch.py", "throughput.py", "served.py"])
 def test_every_flag_the_readme_shows_exists(script: str) -> None:
     invocations = readme_invocations(script)
     assert invocations, f"benchmarks/README.md shows no `python benchmarks/{script}` command"
@@ -103,3 +103,19 @@ def test_throughput_benchmark_prints_both_ratios(mmlu_dir: Path, tmp_path: Path)
         assert re.search(rf"{re.escape(way)}(\s+{NUMBER}){{6}}$", out, re.M), out
     assert re.search(rf"b/a \(trials/s\): {NUMBER}", out), out
     assert re.search(rf"b/c \(trials/s\): {NUMBER}; \(tokens/s\): {NUMBER}", out), out
+
+
+@pytest.mark.vllm
+def test_served_benchmark_prints_its_ratios(mmlu_dir: Path, tmp_path: Path) -> None:
+    out = run_benchmark(
+        "served.py",
+        *("--setting", "tiny", "--trials", "4", "--concurrency", "1,4", "--repeats", "1"),
+        mmlu_dir=mmlu_dir,
+        tmp_path=tmp_path,
+    )
+    assert re.search(rf"\(a\) in-process, one call\s+{NUMBER}\s+{NUMBER}$", out, re.M), out
+    for level in (1, 4):
+        assert re.search(rf"\(b\) served, {level} in flight\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}x$", out, re.M), (
+            out
+        )
+    assert "same answers served and in-process: yes" in out, out
