@@ -219,7 +219,7 @@ def bench(setting: Setting, *, options: argparse.Namespace, workdir: Path) -> No
     a = median(locals_)
     same = all(run.answers == a.answers for runs in served.values() for run in runs)
     print(f"\n   {'':30}{'trials/s':>10}{'seconds':>9}{'served / in-process':>22}")
-    print(f"   {'(a) in-process, one call':30}{a.trials_per_second:10.2f}{a.seconds:9.2f}{'':>22}")
+    print(f"   {'(a) in-process, one call':30}{a.trials_per_second:10.2f}{a.seconds:9.2f}")
     for c in levels:
         b = median(served[c])
         ratios = [s.trials_per_second / x.trials_per_second for s, x in zip(served[c], locals_, strict=True)]

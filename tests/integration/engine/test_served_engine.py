@@ -168,6 +168,9 @@ def test_served_tiny_model_answers_as_the_in_process_engine(
 ) -> None:
     free = local_spec(str(tiny_llama_dir), batch_sizes=[1, 4], iterations=2, answer_mode="free")
     constrained = {**free, "answer_mode": "constrained"}
+    # The chat API too: the server applies its chat template to the user's turn and offsets come from the
+    # tokens' bytes; the prompt is the same tokens, so the answers are the same.
+    chat = {**constrained, "seed": 8}
     dry = api.dry_run(served(free, llama_server), settings=settings)
     local_dry = api.dry_run(free, settings=settings)
     assert (dry.tokenizer, local_dry.tokenizer) == ("the endpoint's tokenizer", "the model's tokenizer")
@@ -175,11 +178,14 @@ def test_served_tiny_model_answers_as_the_in_process_engine(
         b.mean_prompt_tokens for b in local_dry.batch_sizes
     ]
 
-    ids = [api.submit(served(spec, llama_server), settings=settings).job_id for spec in (free, constrained)]
+    specs = [served(free, llama_server), served(constrained, llama_server), served(chat, llama_server)]
+    specs[2]["engine"]["api"] = "chat"
+    ids = [api.submit(spec, settings=settings).job_id for spec in specs]
     summary = api.dispatch(ids, settings=settings)
     assert summary.shards_failed == 0
 
-    for job_id, spec in zip(ids, (free, constrained), strict=True):
+    apis = ("completions", "completions", "chat")
+    for job_id, spec, api_used in zip(ids, (free, constrained, chat), apis, strict=True):
         job = api.job(job_id, settings=settings)
         assert job.status is JobStatus.done, job.error
         assert job.engine is not None and job.engine.name == "openai" and job.engine.version
@@ -187,11 +193,7 @@ def test_served_tiny_model_answers_as_the_in_process_engine(
         caps, mode = job.endpoint.capabilities, job.endpoint.mode
         assert caps.tokenize and caps.token_prompts and caps.regex_field == "structured_outputs"
         assert caps.max_model_len == 4096 and caps.completions_logprobs == 5
-        assert (mode.api.value, mode.token_offsets.value, mode.option_probs) == (
-            "completions",
-            "server",
-            True,
-        )
+        assert (mode.api.value, mode.token_offsets.value, mode.option_probs) == (api_used, "server", True)
         assert_same_answers(
             stored(database_url, job_id), in_process(spec, engine=llama_engine, settings=settings)
         )
