@@ -107,7 +107,7 @@ def _insert_job(
     *,
     idempotency_key: str | None,
     spec_hash: str,
-    endpoint: EndpointReport | None,
+    endpoint: EndpointReport | None = None,
 ) -> int:
     dialect = session.get_bind().dialect.name
     job = Job(
