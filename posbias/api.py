@@ -101,7 +101,8 @@ def dry_run(spec: SpecLike, *, settings: Settings | None = None) -> DryRun:
     from posbias.service import submission
 
     settings = _settings(settings)
-    return submission.dry_run(submission.prepare(_spec(spec), settings=settings), settings=settings)
+    prepared = submission.prepare(_spec(spec), settings=settings, check_cost=False)
+    return submission.dry_run(prepared, settings=settings)
 
 
 # --- jobs ---------------------------------------------------------------------------------------------
@@ -122,7 +123,9 @@ def submit(
     settings = _settings(settings)
     with _store(settings) as db:
         prepared = submission.prepare(_spec(spec), settings=settings, on_progress=on_progress)
-        return job_store.submit(db, prepared.spec, prepared.plan, idempotency_key=idempotency_key)
+        return job_store.submit(
+            db, prepared.spec, prepared.plan, idempotency_key=idempotency_key, endpoint=prepared.endpoint
+        )
 
 
 def dispatch(

@@ -1,6 +1,14 @@
 """posbias.schemas: the pydantic records every part of posbias shares. No I/O happens here."""
 
 from posbias.schemas.curve import Comparison, Curve, CurveAxis, CurvePoint, CurveQuery, DiffPoint, Interval
+from posbias.schemas.endpoint import (
+    Constraint,
+    EndpointApi,
+    EndpointCapabilities,
+    EndpointReport,
+    ServedMode,
+    TokenSource,
+)
 from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, RetryableError, one_line
 from posbias.schemas.job import (
     AnswerMode,
@@ -59,6 +67,7 @@ __all__ = [
     "CloseReport",
     "Comparison",
     "ConflictError",
+    "Constraint",
     "Curve",
     "CurveAxis",
     "CurvePoint",
@@ -68,6 +77,9 @@ __all__ = [
     "DiffPoint",
     "DispatchSummary",
     "DryRun",
+    "EndpointApi",
+    "EndpointCapabilities",
+    "EndpointReport",
     "EngineInfo",
     "EngineName",
     "EngineOptions",
@@ -95,12 +107,14 @@ __all__ = [
     "RotationCostWarning",
     "RunOutcome",
     "SamplingSpec",
+    "ServedMode",
     "ShardFailure",
     "ShardRecord",
     "ShardResult",
     "ShardSpec",
     "ShardStatus",
     "Submitted",
+    "TokenSource",
     "Trial",
     "TrialResult",
     "TrialStatus",

@@ -111,6 +111,11 @@ class Curve(Record):
         description="p-value of the test that accuracy does not depend on position at all (positions "
         "permuted within each cluster; valid under the random and rotation designs).",
     )
+    note: str | None = Field(
+        None,
+        description="What the reader must know, e.g. that some jobs' token offsets are unknown (a served "
+        "model without a tokenizer), so their token distances are null.",
+    )
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per point, with the curve's model, revision and batch size as columns."""

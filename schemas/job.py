@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from posbias.schemas.endpoint import EndpointApi
 from posbias.schemas.errors import PosbiasError, one_line
 from posbias.schemas.record import Record
 
@@ -85,6 +86,8 @@ class EngineName(StrEnum):
 
     vllm = "vllm"
     fake = "fake"
+    openai = "openai"
+    """An OpenAI-compatible endpoint: `vllm serve`, SGLang, llama.cpp's server, a hosted API."""
 
 
 class DatasetSpec(Record):
@@ -199,11 +202,15 @@ class SamplingSpec(Record):
 
 
 class EngineOptions(Record):
-    """How the engine is started. Only `name` matters to the fake engine."""
+    """How the engine is started. Only `name` matters to the fake engine; the `openai` engine takes the
+    endpoint fields below (each None unless it is the `openai` engine) and `max_model_len`."""
 
     model_config = FINITE
 
-    name: EngineName = Field(EngineName.vllm, description="`vllm` (GPU or CPU build) or `fake` (tests).")
+    name: EngineName = Field(
+        EngineName.vllm,
+        description="`vllm` (GPU or CPU build), `openai` (an OpenAI-compatible endpoint) or `fake` (tests).",
+    )
     tensor_parallel_size: Int = Field(
         1, ge=1, le=64, description="GPUs one engine spans; the actor reserves this many GPUs."
     )
@@ -226,6 +233,88 @@ class EngineOptions(Record):
         max_length=100,
         description="Further keyword arguments for `vllm.LLM` (e.g. `enable_prefix_caching: true`).",
     )
+    # --- engine `openai` ---------------------------------------------------------------------------------
+    base_url: str | None = Field(
+        None,
+        max_length=4096,
+        description="openai: the endpoint's base URL, e.g. `http://127.0.0.1:8000/v1` (no credentials).",
+    )
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        description="openai: the name the endpoint serves the model under; the job's `model` if unset.",
+    )
+    api_key_env: str | None = Field(
+        None,
+        max_length=200,
+        description="openai: the environment variable holding the API key (e.g. `OPENAI_API_KEY`), read "
+        "where the job is submitted and on the workers; never the key itself. None: no key is sent.",
+    )
+    api: EndpointApi | None = Field(
+        None, description="openai: `chat`, `completions`, or `auto` (the default; see the README)."
+    )
+    max_concurrency: Int | None = Field(
+        None, ge=1, le=1024, description="openai: requests in flight at once per worker (default 8)."
+    )
+    requests_per_minute: float | None = Field(
+        None, gt=0, description="openai: requests started per minute at most, per worker (default: no limit)."
+    )
+    tokens_per_minute: float | None = Field(
+        None,
+        gt=0,
+        description="openai: tokens (prompt plus output budget) sent per minute at most, per worker.",
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, description="openai: seconds one request may take before it is retried (default 600)."
+    )
+    max_retries: Int | None = Field(
+        None,
+        ge=0,
+        le=50,
+        description="openai: retries of a request after 429, 5xx, a timeout or a dropped connection "
+        "(default 6).",
+    )
+    max_job_tokens: Int | None = Field(
+        None,
+        ge=1,
+        le=INT64_MAX,
+        description="openai: the cost guard, tokens (prompt plus output) the whole job may spend; refused at "
+        "submit when its upper bound is higher, and each shard is stopped before it would spend more than "
+        "its share.",
+    )
+    option_probs: bool | None = Field(
+        None,
+        description="openai: record option probabilities (needs log-probabilities): true requires them, "
+        "false never asks; unset: when the endpoint returns them.",
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _check_api_key_env(cls, value: str | None) -> str | None:
+        # The message never repeats the value: it may be a key pasted in the wrong place.
+        if value is not None and not _ENV_NAME.fullmatch(value):
+            raise ValueError(
+                "must name an environment variable that holds the key (e.g. OPENAI_API_KEY), not the key "
+                "itself"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_engine_fields(self) -> Self:
+        given = [name for name in OPENAI_FIELDS if getattr(self, name) is not None]
+        if self.name is not EngineName.openai:
+            if given:
+                raise ValueError(f"{given[0]} is an option of engine openai (set engine.name: openai)")
+            return self
+        if self.base_url is None:
+            raise ValueError("engine openai needs base_url, e.g. http://127.0.0.1:8000/v1")
+        _check_base_url(self.base_url)
+        if self.tensor_parallel_size != 1 or self.extra:
+            raise ValueError(
+                "tensor_parallel_size and extra are vLLM options; an endpoint's GPUs and settings are its own"
+            )
+        return self
 
     @field_validator("dtype")
     @classmethod
@@ -233,6 +322,46 @@ class EngineOptions(Record):
         if value not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (got {value[:40]!r})")
         return value
+
+    def identity(self) -> dict[str, Any]:
+        """The options as stored and hashed: the `openai` fields only when set, so a spec written before
+        they existed keeps its hash (and its idempotency keys) and its model key."""
+        data = self.model_dump(mode="json")
+        for name in OPENAI_FIELDS:
+            if data[name] is None:
+                del data[name]
+        return data
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+OPENAI_FIELDS = (
+    "base_url",
+    "model",
+    "api_key_env",
+    "api",
+    "max_concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "timeout_s",
+    "max_retries",
+    "max_job_tokens",
+    "option_probs",
+)
+"""The `EngineOptions` fields of the `openai` engine."""
+
+
+def _check_base_url(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("base_url must be an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+    # Neither is ever needed, and either could carry a key into the stored spec.
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise ValueError(
+            "base_url must not carry credentials or a query; put the key in an environment variable and name "
+            "it in api_key_env"
+        )
 
 
 class FakeSpec(Record):
@@ -305,7 +434,8 @@ class JobSpec(Record):
     model: str = Field(
         min_length=1,
         max_length=500,
-        description="Hugging Face id, local model folder, or a .gguf file (then give `tokenizer`).",
+        description="Hugging Face id, local model folder, or a .gguf file (then give `tokenizer`); for "
+        "engine `openai`, the model's name (curves group by it; the endpoint may name it `engine.model`).",
     )
     revision: str | None = Field(
         None, min_length=1, max_length=200, description="Model revision (branch, tag or commit) on the hub."
@@ -314,7 +444,8 @@ class JobSpec(Record):
         None,
         min_length=1,
         max_length=4096,
-        description="Tokenizer id or folder, when it is not the model's own (GGUF files).",
+        description="Tokenizer id or folder, when it is not the model's own (GGUF files); for engine "
+        "`openai` without a `/tokenize` endpoint, the tokenizer that gives token offsets.",
     )
     dataset: DatasetSpec = Field(default_factory=DatasetSpec, description="Where the questions come from.")
     batch_sizes: tuple[Int, ...] = Field(
@@ -433,12 +564,14 @@ class JobSpec(Record):
 
     def spec_hash(self) -> str:
         """A short stable digest of the spec: the same spec gives the same hash on any machine."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        data = self.model_dump(mode="json")
+        data["engine"] = self.engine.identity()
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def model_key(self) -> str:
         """Identity of the loaded engine: shards with the same key can share one actor."""
-        engine = self.engine.model_dump(mode="json")
+        engine = self.engine.identity()
         ident: list[object] = [self.model, self.revision, self.tokenizer, engine]
         if self.engine.name is EngineName.fake:
             ident.append(self.fake.model_dump(mode="json"))  # the fake's behaviour is its "weights"

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import Field
 
 from posbias.schemas.curve import Curve
+from posbias.schemas.endpoint import EndpointReport
 from posbias.schemas.job import JobSpec
 from posbias.schemas.record import Record
 from posbias.schemas.work import EngineInfo
@@ -94,6 +95,9 @@ class JobRecord(Record):
         description="What produced the answers; None until the first result is written."
     )
     progress: JobProgress = Field(description="Trials done and skipped, shards by status, when it was read.")
+    endpoint: EndpointReport | None = Field(
+        None, description="openai: the endpoint's probed capabilities and how the job uses them."
+    )
 
 
 class JobChange(Record):
@@ -155,6 +159,10 @@ class DryRun(Record):
     model_context: int | None = Field(
         None, description="The model's own context limit, from its config; None when it is not known here."
     )
+    endpoint: EndpointReport | None = Field(
+        None, description="openai: the endpoint's capabilities, the mode the job would use, its token bound."
+    )
+    max_job_tokens: int | None = Field(None, description="openai: the job's cost guard, when it has one.")
 
     @property
     def total_prompt_tokens(self) -> int:

@@ -97,6 +97,12 @@ class ShardSpec(Record):
     seed: int = Field(description="Job seed; the fake engine derives its randomness from it.")
     trials: tuple[Trial, ...] = Field(description="Trials to run, in order.")
     questions: dict[str, Question] = Field(description="Every question the trials use, by id.")
+    token_budget: int | None = Field(
+        None,
+        ge=0,
+        description="openai with a cost guard: tokens this shard may spend, its share of the job's "
+        "`max_job_tokens`; a shard that would spend more is stopped before sending (`service/costs.py`).",
+    )
 
 
 class ParseStatus(StrEnum):
@@ -189,8 +195,8 @@ class ModelInfo(Record):
 class EngineInfo(Record):
     """What produced the answers."""
 
-    name: str = Field(description="`vllm` or `fake`.")
-    version: str = Field(description="Engine package version.")
+    name: str = Field(description="`vllm`, `openai` or `fake`.")
+    version: str = Field(description="Engine package version; for `openai`, what the server reports.")
     dtype: str = Field(description="Dtype the model ran in.")
     attention_backend: str | None = Field(
         None, description="Attention backend(s) the model's layers ran, comma-separated (e.g. `FLASH_ATTN`)."
@@ -209,7 +215,11 @@ class EngineInfo(Record):
         "selector would pick for this config: a guess, not what ran.",
     )
     max_model_len: int | None = Field(None, description="Context length the engine was started with.")
-    device: str = Field(description="`cuda`, `cpu`, or `none` for the fake engine.")
+    device: str = Field(description="`cuda`, `cpu`, `remote` (an endpoint), or `none` for the fake engine.")
+    served_model: str | None = Field(
+        None, description="openai: the model name the endpoint answered with (e.g. a dated snapshot)."
+    )
+    endpoint: str | None = Field(None, description="openai: the endpoint's base URL.")
 
 
 class ShardResult(Record):
@@ -266,3 +276,6 @@ class ShardFailure(Record):
 
     shard_id: int = Field(description="The shard that failed.")
     error: str = Field(description="The error, on one line.")
+    stop_job: bool = Field(
+        False, description="The whole job must stop (its cost guard would be exceeded), not only the shard."
+    )

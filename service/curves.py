@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from posbias.schemas import Comparison, Curve, CurveAxis, CurveQuery, NotFoundError, PosbiasError
+from posbias.schemas import Comparison, Curve, CurveAxis, CurveQuery, NotFoundError, PosbiasError, TokenSource
 from posbias.service import analysis, comparison, jobs, store
 from posbias.service.database import Database
 
@@ -38,9 +38,11 @@ def curves(
 
     By position: per-trial answers pooled over the matching jobs (each distinct trial once), analysed with
     every interval and summary of `analysis.build_curve`. By token distance: answers binned `bin_width`
-    tokens wide, intervals clustered by trial (or sampled set).
+    tokens wide, intervals clustered by trial (or sampled set). A job served by an endpoint whose tokenizer
+    is unknown has no token distances; its curves carry a `note` saying so.
     """
     model, revision, job_ids = _resolve(db, query)
+    note = _offsets_note(db, job_ids)
     sizes = [n for n in store.batch_sizes(db, job_ids=job_ids) if query.batch_size in (None, n)]
     if by is CurveAxis.token_distance:
         rows = store.token_distance_rows(db, job_ids=job_ids, batch_size=query.batch_size)
@@ -58,16 +60,36 @@ def curves(
             )
             for n in sizes
         ]
-        return [c for c in found if c.points]
-    return [
-        analysis.build_curve(
-            store.trial_data(db, job_ids=job_ids, batch_size=n),
-            model=model,
-            revision=revision,
-            resamples=resamples,
-        )
-        for n in sizes
+        found = [c for c in found if c.points]
+        if not found and note is not None:
+            raise NotFoundError(f"no token distances for {query.describe()}: {note}")
+    else:
+        found = [
+            analysis.build_curve(
+                store.trial_data(db, job_ids=job_ids, batch_size=n),
+                model=model,
+                revision=revision,
+                resamples=resamples,
+            )
+            for n in sizes
+        ]
+    return found if note is None else [c.model_copy(update={"note": note}) for c in found]
+
+
+def _offsets_note(db: Database, job_ids: list[int]) -> str | None:
+    """Says which jobs ran on an endpoint whose tokenizer is unknown (their token distances are null)."""
+    unknown = [
+        job_id
+        for job_id, endpoint in jobs.endpoints(db, job_ids).items()
+        if endpoint.mode.token_offsets is TokenSource.none
     ]
+    if not unknown:
+        return None
+    which = ", ".join(map(str, unknown))
+    return (
+        f"token offsets are unknown for job {which} (its endpoint has no /tokenize and the job named no "
+        "tokenizer): token distances are null there"
+    )
 
 
 def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> Comparison:

@@ -562,7 +562,13 @@ class Dispatcher:
         results: list[ShardResult] = []
         for outcome in outcomes:
             if isinstance(outcome, ShardFailure):
-                self._fail(outcome.shard_id, outcome.error)
+                if outcome.stop_job:  # its cost guard: nothing of the job may run any more
+                    job_id = next(
+                        f.lease.shard.job_id for f in flights if f.lease.shard_id == outcome.shard_id
+                    )
+                    self._fail_job(job_id, outcome.error)
+                else:
+                    self._fail(outcome.shard_id, outcome.error)
                 summary.shards_failed += 1
             else:
                 results.append(outcome)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from posbias.schemas import (
     FINISHED_JOB_STATUSES,
     ConflictError,
+    EndpointReport,
     EngineInfo,
     JobProgress,
     JobRecord,
@@ -45,8 +46,16 @@ def _not_found(job_id: int) -> NotFoundError:
 # --- submitting ---------------------------------------------------------------------------------------
 
 
-def submit(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | None = None) -> Submitted:
-    """Write a job with its shards, planned trials and (missing) questions in one transaction.
+def submit(
+    db: Database,
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    idempotency_key: str | None = None,
+    endpoint: EndpointReport | None = None,
+) -> Submitted:
+    """Write a job with its shards, planned trials and (missing) questions in one transaction; `endpoint`
+    is what submit found out about a served model's endpoint (engine `openai`), stored with the job.
 
     With an `idempotency_key` that already names a job, return that job instead (also when two submits
     race); a different spec under the same key is a `ConflictError`.
@@ -65,7 +74,9 @@ def submit(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | No
                 existing = _job_by_key(session, idempotency_key)
                 if existing is not None:
                     return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
-            job_id = _insert_job(session, spec, plan, idempotency_key=idempotency_key, spec_hash=spec_hash)
+            job_id = _insert_job(
+                session, spec, plan, idempotency_key=idempotency_key, spec_hash=spec_hash, endpoint=endpoint
+            )
     except IntegrityError:
         # Two submits with one key: the unique constraint let one in; the other returns its job.
         if idempotency_key is None:
@@ -100,7 +111,13 @@ def _resubmitted(job: Job, *, key: str, spec_hash: str) -> Submitted:
 
 
 def _insert_job(
-    session: Session, spec: JobSpec, plan: Plan, *, idempotency_key: str | None, spec_hash: str
+    session: Session,
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    idempotency_key: str | None,
+    spec_hash: str,
+    endpoint: EndpointReport | None = None,
 ) -> int:
     dialect = session.get_bind().dialect.name
     job = Job(
@@ -115,6 +132,7 @@ def _insert_job(
         idempotency_key=idempotency_key,
         trials_total=len(plan.trials),
         shards_total=len(plan.shards),
+        endpoint=None if endpoint is None else endpoint.model_dump(mode="json"),
     )
     session.add(job)
     session.flush()  # raises IntegrityError here when another submit took the idempotency key
@@ -326,7 +344,22 @@ def _record(session: Session, job: Job) -> JobRecord:
         shards_total=job.shards_total,
         engine=None if job.engine is None else EngineInfo.model_validate(job.engine),
         progress=_progress(session, job),
+        endpoint=None if job.endpoint is None else EndpointReport.model_validate(job.endpoint),
     )
+
+
+def endpoints(db: Database, job_ids: Iterable[int]) -> dict[int, EndpointReport]:
+    """The endpoint reports of those of `job_ids` that ran on a served model, by job id."""
+    wanted = sorted(set(job_ids))
+    found: dict[int, EndpointReport] = {}
+    with db.read() as session:
+        for start in range(0, len(wanted), IN_CHUNK):
+            # Filtered here, not in SQL: a JSON column may hold JSON null rather than SQL NULL.
+            query = select(Job.id, Job.endpoint).where(Job.id.in_(wanted[start : start + IN_CHUNK]))
+            for job_id, endpoint in session.execute(query):
+                if endpoint is not None:
+                    found[job_id] = EndpointReport.model_validate(endpoint)
+    return found
 
 
 def shards(db: Database, job_id: int) -> list[ShardRecord]:

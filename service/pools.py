@@ -249,7 +249,8 @@ class ModelPools:
         elif engine.name is EngineName.fake and template.fake.as_gpu:
             device = Device.gpu
         else:
-            # The fake engine (or an engine elsewhere): no resources, so tests run many actors on few cores.
+            # The fake engine, or an endpoint's actor that only holds an HTTP client: no resources, so tests
+            # run many actors on few cores.
             return Placement(num_cpus=0, num_gpus=0, actors=actors, grows=False)
         if device is Device.cpu:
             # The CPU build: one engine already uses every core of its node.

@@ -234,6 +234,7 @@ def _submit_waiting(db: Database, schedule: ScheduleRecord, *, settings: Setting
                 prepared.spec,
                 prepared.plan,
                 idempotency_key=idempotency_key(schedule.name, checkpoint.name, spec),
+                endpoint=prepared.endpoint,
             )
         except PosbiasError as exc:
             detail = VerdictDetail(

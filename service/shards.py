@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from posbias.schemas import JobSpec, Question, RotationCostWarning, ShardSpec, Trial
-from posbias.service import tables
+from posbias.schemas import EndpointReport, JobSpec, Question, RotationCostWarning, ShardSpec, Trial
+from posbias.service import costs, tables
 from posbias.service.database import IN_CHUNK, Database
 
 
@@ -29,9 +29,11 @@ def shard_spec(
     shard_id: int,
     trials: Sequence[Trial],
     questions: Mapping[str, Question],
+    endpoint: EndpointReport | None = None,
 ) -> ShardSpec:
     """The self-contained unit of work for `trials`: the job's model, engine and prompt settings, plus every
-    question the trials use (and no other)."""
+    question the trials use (and no other); for a served job with a cost guard, the shard's share of it
+    (from the job's `endpoint` report)."""
     used: dict[str, Question] = {}
     for trial in trials:
         for qid in trial.question_ids:
@@ -54,6 +56,7 @@ def shard_spec(
         seed=spec.seed,
         trials=tuple(trials),
         questions=dict(sorted(used.items())),
+        token_budget=costs.shard_budget(spec, endpoint, trials=trials, questions=used),
     )
 
 
@@ -89,12 +92,14 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
     job = tables.Job
     with db.read() as session:
         job_of = dict(session.execute(select(shard.id, shard.job_id).where(shard.id.in_(shard_ids))).all())
-        specs = {
-            job_id: load_spec(spec)
-            for job_id, spec in session.execute(
-                select(job.id, job.spec).where(job.id.in_(sorted(set(job_of.values()))))
-            )
-        }
+        specs: dict[int, JobSpec] = {}
+        endpoints: dict[int, EndpointReport] = {}
+        for job_id, spec, endpoint in session.execute(
+            select(job.id, job.spec, job.endpoint).where(job.id.in_(sorted(set(job_of.values()))))
+        ):
+            specs[job_id] = load_spec(spec)
+            if endpoint is not None:
+                endpoints[job_id] = EndpointReport.model_validate(endpoint)
         trials: dict[int, list[Trial]] = {shard_id: [] for shard_id in shard_ids}
         for shard_id, index, batch_size, iteration, question_ids, choice_orders, rotation in session.execute(
             select(
@@ -147,6 +152,7 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
             shard_id=shard_id,
             trials=trials[shard_id],
             questions=questions,
+            endpoint=endpoints.get(job_of[shard_id]),
         )
         for shard_id in shard_ids
     }

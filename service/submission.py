@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from posbias.schemas import (
     BatchSizeEstimate,
     DryRun,
+    EndpointReport,
     EngineName,
     JobSpec,
     Plan,
@@ -22,7 +23,7 @@ from posbias.schemas import (
     QuestionPool,
     one_line,
 )
-from posbias.service import context, planner
+from posbias.service import context, costs, planner
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
 from posbias.workers.engine import Tokenizer
@@ -31,10 +32,14 @@ from posbias.workers.models import check_model_source, context_limit
 _UNBOUNDED = 10**8
 """Tokenizers without a stated limit report a huge `model_max_length` (transformers uses 1e30)."""
 
+SAMPLE_TRIALS = 20
+"""Trials per batch size whose prompts are counted with the tokenizer (dry run, served jobs' token bound)."""
+
 
 @dataclass(frozen=True)
 class Prepared:
-    """A checked spec with its questions and plan, and the context its engine needs."""
+    """A checked spec with its questions and plan; for vLLM, the context its engine needs; for a served model,
+    what its endpoint can do."""
 
     spec: JobSpec
     """As it will be stored: for vLLM, `engine.max_model_len` chosen from the plan unless the user set it."""
@@ -44,20 +49,33 @@ class Prepared:
     """The context length and why (vLLM jobs only)."""
     tokenizer: Tokenizer | None = None
     tokenizer_source: str = ""
+    endpoint: EndpointReport | None = None
+    """engine openai: the probe, the mode the job will use, its token bound."""
+    prompt_tokens: dict[int, list[int]] | None = None
+    """engine openai: sampled prompt lengths by batch size (for the dry run)."""
+    counted_with: str | None = None
+    """engine openai: how those were counted."""
 
 
 def prepare(
-    spec: JobSpec, *, settings: Settings, on_progress: Callable[[int, int], None] | None = None
+    spec: JobSpec,
+    *,
+    settings: Settings,
+    check_cost: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Prepared:
-    """Check the size of the job, the model source and the dataset, plan (`on_progress(trials planned,
-    total)` is called as a large plan is built), and (for vLLM) choose the engine's context length from the
-    plan and check it against the model's own. Raises `PosbiasError` naming the fix."""
+    """Check the size of the job, the model source and the dataset, then plan (`on_progress(trials planned,
+    total)` is called as a large plan is built). For vLLM, choose the engine's context length from the plan
+    and check it against the model's own; for a served model, probe its endpoint and refuse what it cannot
+    do, and (`check_cost`) a job over its cost guard. Raises `PosbiasError` naming the fix."""
     check_size(spec, settings=settings)
     if spec.engine.name is EngineName.vllm:
         check_model_source(spec.model)
     pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir)
     check_pool(spec, pool=pool)
     plan = planner.plan(spec, pool=pool, on_progress=on_progress)
+    if spec.engine.name is EngineName.openai:
+        return _prepare_served(spec, pool=pool, plan=plan, check_cost=check_cost)
     tokenizer, how = _local_tokenizer(spec, settings=settings)
     if spec.engine.name is not EngineName.vllm:
         return Prepared(spec=spec, pool=pool, plan=plan, tokenizer=tokenizer, tokenizer_source=how)
@@ -91,19 +109,68 @@ def check_size(spec: JobSpec, *, settings: Settings) -> None:
         )
 
 
-def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryRun:
-    """Trials, shards and prompt tokens per batch size. Tokens are counted with the model's tokenizer
-    when it is on this machine (a few trials per batch size, rendered exactly), else estimated."""
+def _prepare_served(spec: JobSpec, *, pool: QuestionPool, plan: Plan, check_cost: bool) -> Prepared:
+    endpoint, lengths, how = _probe_endpoint(spec, plan)
+    guard = spec.engine.max_job_tokens
+    if check_cost and guard is not None and endpoint.token_bound > guard:
+        raise PosbiasError(
+            f"the job may spend up to about {endpoint.token_bound:,} tokens (prompts counted with {how}, "
+            f"every output budget in full), over its cost guard engine.max_job_tokens={guard:,}: raise the "
+            "guard, or run fewer iterations or batch sizes (--dry-run shows the bound)"
+        )
+    return Prepared(
+        spec=spec, pool=pool, plan=plan, endpoint=endpoint, prompt_tokens=lengths, counted_with=how
+    )
+
+
+def _probe_endpoint(spec: JobSpec, plan: Plan) -> tuple[EndpointReport, dict[int, list[int]], str]:
+    """Probe a served job's endpoint, choose how the job uses it, and count a sample of its prompts."""
+    from posbias.workers import openai_engine as served
+
+    options = spec.engine
+    model = options.model or spec.model
+    session = served.open_session(options, key=served.api_key(options.api_key_env))
+    try:
+        capabilities = served.probe(session, model=model)
+        mode = served.choose_mode(
+            capabilities,
+            options=options,
+            answer_mode=spec.answer_mode,
+            chat_template=spec.chat_template,
+            tokenizer=spec.tokenizer,
+        )
+        tokenizer = served.job_tokenizer(capabilities, session=session, model=model, tokenizer=spec.tokenizer)
+        lengths = _prompt_lengths(spec, plan, tokenizer=tokenizer, estimate=served.estimated_prompt_tokens)
+    finally:
+        session.close()
+    how = {
+        "server": "the endpoint's tokenizer",
+        "named": f"the tokenizer {spec.tokenizer}",
+        "none": f"an estimate of {served.CHARS_PER_TOKEN} characters a token (the endpoint has no tokenizer)",
+    }[mode.token_offsets.value]
+    bounds = costs.token_bounds(spec, plan, prompt_tokens=lengths)
+    report = EndpointReport(
+        capabilities=capabilities,
+        mode=mode,
+        token_bound=sum(bounds.values()),
+        token_bounds=bounds,
+        share_basis=costs.share_basis(spec, plan),
+    )
+    return report, lengths, how
+
+
+def _prompt_lengths(
+    spec: JobSpec, plan: Plan, *, tokenizer: Tokenizer | None, estimate: Callable[[str], int]
+) -> dict[int, list[int]]:
+    """Prompt tokens of the first `SAMPLE_TRIALS` trials of each batch size, rendered exactly; `estimate`
+    counts a prompt without a tokenizer."""
     from posbias.workers.prompts import render
 
-    spec, plan = prepared.spec, prepared.plan
-    tokenizer, how = prepared.tokenizer, prepared.tokenizer_source
-    shards_per_size = Counter(plan.trials[s.trial_indices[0]].batch_size for s in plan.shards)
-    estimates = []
+    lengths: dict[int, list[int]] = {}
     for n in spec.batch_sizes:
-        trials = [t for t in plan.trials if t.batch_size == n]
-        lengths = []
-        for trial in trials[:sample]:
+        sample = [t for t in plan.trials if t.batch_size == n][:SAMPLE_TRIALS]
+        lengths[n] = []
+        for trial in sample:
             rendered = render(
                 trial,
                 questions=plan.questions,
@@ -111,8 +178,26 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryR
                 chat_template=spec.chat_template,
                 tokenizer=tokenizer,
             )
-            # Without the tokenizer, ~4 characters a token is the usual rule for English text.
-            lengths.append(rendered.prompt_tokens or round(len(rendered.text) / 4))
+            lengths[n].append(rendered.prompt_tokens or estimate(rendered.text))
+    return lengths
+
+
+def dry_run(prepared: Prepared, *, settings: Settings) -> DryRun:
+    """Trials, shards and prompt tokens per batch size. Tokens are counted with the model's tokenizer
+    when it is on this machine, or the endpoint's (a few trials per batch size, rendered exactly), else
+    estimated; a served job also shows its endpoint's capabilities and its token bound."""
+    spec, plan = prepared.spec, prepared.plan
+    if prepared.prompt_tokens is not None:
+        by_size, how = prepared.prompt_tokens, prepared.counted_with or "an estimate"
+    else:
+        tokenizer, how = prepared.tokenizer, prepared.tokenizer_source
+        # Without the tokenizer, ~4 characters a token is the usual rule for English text.
+        by_size = _prompt_lengths(spec, plan, tokenizer=tokenizer, estimate=lambda text: round(len(text) / 4))
+    shards_per_size = Counter(plan.trials[s.trial_indices[0]].batch_size for s in plan.shards)
+    estimates = []
+    for n in spec.batch_sizes:
+        trials = [t for t in plan.trials if t.batch_size == n]
+        lengths = by_size.get(n, [])
         estimates.append(
             BatchSizeEstimate(
                 batch_size=n,
@@ -132,6 +217,8 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = 20) -> DryR
         batch_sizes=tuple(estimates),
         max_model_len=spec.engine.max_model_len if spec.engine.name is EngineName.vllm else None,
         model_context=prepared.context.model_limit if prepared.context else None,
+        endpoint=prepared.endpoint,
+        max_job_tokens=spec.engine.max_job_tokens,
     )
 
 

@@ -131,6 +131,9 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     # Engine name and version, dtype, attention backend, device: recorded from the first result written.
     engine: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # openai: a `schemas.endpoint.EndpointReport`, written at submit (what the endpoint can do, how the job
+    # uses it, its token bound). No API key is ever part of it.
+    endpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     model_id: Mapped[int | None] = mapped_column(Id, ForeignKey("models.id"))
     trials_total: Mapped[int] = mapped_column(Integer)
     shards_total: Mapped[int] = mapped_column(Integer)

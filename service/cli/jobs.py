@@ -83,6 +83,13 @@ def status(
     if record.engine:
         e = record.engine
         out.print(f"engine: {e.name} {e.version}, {e.dtype}, attention {e.attention_backend}, {e.device}")
+    if record.endpoint:
+        m = record.endpoint.mode
+        out.print(
+            f"endpoint: {record.endpoint.capabilities.base_url}, {m.api.value} API, constraint "
+            f"{m.constraint.value}, option probabilities {'yes' if m.option_probs else 'no'}, token offsets "
+            f"{m.token_offsets.value}"
+        )
     table = Table()
     for column in ("shard", "status", "failed", "lapsed", "trials", "lease owner", "last error"):
         table.add_column(column)
@@ -118,6 +125,7 @@ def _job_json(job: JobRecord) -> dict[str, Any]:
         "error": job.error,
         "idempotency_key": job.idempotency_key,
         "engine": job.engine.model_dump(mode="json") if job.engine else None,
+        "endpoint": job.endpoint.model_dump(mode="json") if job.endpoint else None,
     }
 
 

@@ -27,6 +27,7 @@ from posbias.schemas import (
     ChatTemplateUse,
     Design,
     DryRun,
+    EndpointApi,
     EngineName,
     JobSpec,
     PosbiasError,
@@ -87,7 +88,50 @@ MaxLenOpt = Annotated[
 DtypeOpt = Annotated[str | None, typer.Option(help="Engine dtype (default auto: float32 on CPU).")]
 PriorityOpt = Annotated[int | None, typer.Option(help="Higher runs first.")]
 EngineOpt = Annotated[
-    EngineName | None, typer.Option(help="vllm, or fake (no model; for trying things out).")
+    EngineName | None,
+    typer.Option(
+        help="vllm, openai (an OpenAI-compatible endpoint), or fake (no model; for trying things out)."
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="engine openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (implies --engine openai)."
+    ),
+]
+EndpointModelOpt = Annotated[
+    str | None, typer.Option(help="engine openai: the endpoint's name for the model (default: --model).")
+]
+ApiKeyEnvOpt = Annotated[
+    str | None,
+    typer.Option(help="engine openai: the environment variable holding the API key (never the key itself)."),
+]
+ApiOpt = Annotated[
+    EndpointApi | None, typer.Option(help="engine openai: chat, completions, or auto (the default).")
+]
+ConcurrencyOpt = Annotated[int | None, typer.Option(help="engine openai: requests in flight (default 8).")]
+RpmOpt = Annotated[float | None, typer.Option(help="engine openai: requests per minute at most.")]
+TpmOpt = Annotated[
+    float | None, typer.Option(help="engine openai: tokens (prompt + output budget) per minute at most.")
+]
+TimeoutOpt = Annotated[
+    float | None, typer.Option(help="engine openai: seconds a request may take before a retry (default 600).")
+]
+RetriesOpt = Annotated[
+    int | None, typer.Option(help="engine openai: retries after 429, 5xx or a lost connection (default 6).")
+]
+JobTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="engine openai: cost guard, tokens the whole job may spend (checked at submit and run)."
+    ),
+]
+OptionProbsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--option-probs/--no-option-probs",
+        help="engine openai: require option probabilities (log-probabilities), or never ask for them.",
+    ),
 ]
 FakeFirstOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the first position.")]
 FakeLastOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the last position.")]
@@ -122,6 +166,17 @@ def _build_spec(
     fake_first: float | None,
     fake_last: float | None,
     fake_malformed: float | None,
+    base_url: str | None = None,
+    endpoint_model: str | None = None,
+    api_key_env: str | None = None,
+    api: EndpointApi | None = None,
+    max_concurrency: int | None = None,
+    requests_per_minute: float | None = None,
+    tokens_per_minute: float | None = None,
+    request_timeout: float | None = None,
+    max_retries: int | None = None,
+    max_job_tokens: int | None = None,
+    option_probs: bool | None = None,
 ) -> tuple[JobSpec, list[str]]:
     overrides: dict[str, Any] = {}
     top = {
@@ -143,11 +198,24 @@ def _build_spec(
         # A path that looks local is a path even when it is missing, so a typo is reported as a missing
         # file, not as an unreachable hub.
         data_set["path" if looks_local(dataset) else "name"] = dataset
+    if base_url is not None and engine is None:
+        engine = EngineName.openai
     engine_opts = {
         "name": engine,
         "tensor_parallel_size": tensor_parallel_size,
         "max_model_len": max_model_len,
         "dtype": dtype,
+        "base_url": base_url,
+        "model": endpoint_model,
+        "api_key_env": api_key_env,
+        "api": api,
+        "max_concurrency": max_concurrency,
+        "requests_per_minute": requests_per_minute,
+        "tokens_per_minute": tokens_per_minute,
+        "timeout_s": request_timeout,
+        "max_retries": max_retries,
+        "max_job_tokens": max_job_tokens,
+        "option_probs": option_probs,
     }
     fake = {"first": fake_first, "last": fake_last, "malformed": fake_malformed}
     for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake)):
@@ -195,6 +263,17 @@ SPEC_FLAGS: dict[str, Any] = {
     "fake_first": FakeFirstOpt,
     "fake_last": FakeLastOpt,
     "fake_malformed": FakeMalformedOpt,
+    "base_url": BaseUrlOpt,
+    "endpoint_model": EndpointModelOpt,
+    "api_key_env": ApiKeyEnvOpt,
+    "api": ApiOpt,
+    "max_concurrency": ConcurrencyOpt,
+    "requests_per_minute": RpmOpt,
+    "tokens_per_minute": TpmOpt,
+    "request_timeout": TimeoutOpt,
+    "max_retries": RetriesOpt,
+    "max_job_tokens": JobTokensOpt,
+    "option_probs": OptionProbsOpt,
 }
 """Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
 
@@ -291,7 +370,40 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
     if dry.max_model_len is not None:
         own = f"{dry.model_context:,}" if dry.model_context is not None else "not known here"
         out.print(f"engine context: {dry.max_model_len:,} tokens (the model's own: {own})")
+    if dry.endpoint is not None:
+        _print_endpoint(dry)
     out.print("nothing was enqueued (dry run)")
+
+
+def _print_endpoint(dry: DryRun) -> None:
+    """What a served job's endpoint can do, what the job would use, and what it may spend."""
+    assert dry.endpoint is not None
+    caps, mode = dry.endpoint.capabilities, dry.endpoint.mode
+    served = caps.served_model + (f", server {caps.server_version}" if caps.server_version else "")
+    out.print(f"endpoint {caps.base_url}: {served}")
+    table = Table(title="capabilities (probed)")
+    for column in ("capability", "found", "this job"):
+        table.add_column(column)
+    logprobs = f"{caps.completions_logprobs} / {caps.chat_logprobs} alternatives (completions / chat)"
+    structured = caps.regex_field or ("json_schema" if caps.json_schema else "none")
+    table.add_row("API", f"completions {_yes(caps.completions)}, chat {_yes(caps.chat)}", mode.api.value)
+    table.add_row("log-probabilities", logprobs, "option probabilities" if mode.option_probs else "not used")
+    table.add_row("structured output", structured, mode.constraint.value)
+    table.add_row("/tokenize", _yes(caps.tokenize), f"token offsets: {mode.token_offsets.value}")
+    out.print(table)
+    bound = (
+        f"tokens the job may spend: up to about {dry.endpoint.token_bound:,} (prompts + every output budget)"
+    )
+    if dry.max_job_tokens is not None:
+        verdict = (
+            "within" if dry.endpoint.token_bound <= dry.max_job_tokens else "OVER; submit would refuse it"
+        )
+        bound += f"; cost guard {dry.max_job_tokens:,}: {verdict}"
+    out.print(bound)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 @takes_spec

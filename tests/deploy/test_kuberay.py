@@ -55,6 +55,7 @@ def test_the_manifests_hold_the_objects_the_runbook_names() -> None:
         "RayCluster/posbias",
         "RayJob/posbias-worker",
         "Secret/posbias-db",
+        "Secret/posbias-endpoint",
         "Secret/posbias-hf",
     ]
 

@@ -50,7 +50,9 @@ def readme_invocations(script: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("script", ["store.py", "dispatch.py", "throughput.py", "coverage.py", "fuzz.py"])
+@pytest.mark.parametrize(
+    "script", ["store.py", "dispatch.py", "throughput.py", "coverage.py", "fuzz.py", "served.py"]
+)
 def test_every_flag_the_readme_shows_exists(script: str) -> None:
     invocations = readme_invocations(script)
     assert invocations, f"benchmarks/README.md shows no `python benchmarks/{script}` command"
@@ -123,3 +125,19 @@ def test_coverage_program_prints_a_rate_per_statistic(mmlu_dir: Path, tmp_path: 
         assert re.search(rf"^{setting}\s+{re.escape(statistic)}\s+{NUMBER}\s+{NUMBER}-{NUMBER}", out, re.M), (
             out
         )
+
+
+@pytest.mark.vllm
+def test_served_benchmark_prints_its_ratios(mmlu_dir: Path, tmp_path: Path) -> None:
+    out = run_benchmark(
+        "served.py",
+        *("--setting", "tiny", "--trials", "4", "--concurrency", "1,4", "--repeats", "1"),
+        mmlu_dir=mmlu_dir,
+        tmp_path=tmp_path,
+    )
+    assert re.search(rf"\(a\) in-process, one call\s+{NUMBER}\s+{NUMBER}$", out, re.M), out
+    for level in (1, 4):
+        assert re.search(rf"\(b\) served, {level} in flight\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}x$", out, re.M), (
+            out
+        )
+    assert "same answers served and in-process: yes" in out, out
