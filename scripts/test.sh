@@ -25,4 +25,4 @@ fi
 ruff check .
 ruff format --check .
 mypy posbias
-python -m pytest tests "$@"
+python -m pytest tests --durations=40 "$@"

@@ -83,6 +83,8 @@ class Member:
     """Its process is up on a node (its first call answered)."""
     spare: bool = False
     """Started as demand for one more node; it takes shards once placed."""
+    reloads: int = 0
+    """Loads sent again because Ray was still restarting its process."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,9 @@ class ModelPools:
         self._load(pool, member)
 
     def _load(self, pool: Pool, member: Member) -> None:
+        # Several calls of one dead actor each report its death: it is reloaded once.
+        if member in pool.loading.values():
+            return
         pool.loading[member.handle.load.remote()] = member
         self.loads[pool.model_key] += 1
 
@@ -502,8 +507,20 @@ class ModelPools:
                         return LoadEvent(model_key=pool.model_key, report=None, error=None, retry=reason)
                     pool.error = f"model failed to load: {one_line(exc, typed=True)}"
                     return LoadEvent(model_key=pool.model_key, report=None, error=pool.error)
+                except ray.exceptions.ActorUnavailableError:
+                    # Ray is restarting the process (a bounded number of times): load it again when it is up.
+                    if member in pool.members and member.reloads < MAX_ACTOR_RESTARTS:
+                        member.reloads += 1
+                        self._load(pool, member)
+                        return LoadEvent(model_key=pool.model_key, report=None, error=None)
+                    if member in pool.members:
+                        pool.members.remove(member)
+                    if not pool.members:
+                        pool.error = "model failed to load: every worker for this model kept restarting"
+                    return LoadEvent(model_key=pool.model_key, report=None, error=None)
                 except ray.exceptions.RayActorError as exc:
-                    pool.members.remove(member)
+                    if member in pool.members:
+                        pool.members.remove(member)
                     if not pool.members:
                         died = one_line(exc, typed=True)
                         pool.error = f"model failed to load: every worker for this model died: {died}"
