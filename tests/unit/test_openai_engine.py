@@ -39,8 +39,9 @@ def served(**engine: Any) -> dict[str, Any]:
 
 
 def test_specs_without_an_endpoint_keep_their_hash_and_model_key() -> None:
-    # Values computed before the endpoint fields existed: idempotency keys and schedules depend on them.
-    assert JobSpec(model="google/gemma-2-2b-it").spec_hash() == "c4644727daa1706a"
+    # Values computed on main just before the endpoint fields were merged (22f88a8): idempotency keys and
+    # schedules depend on them.
+    assert JobSpec(model="google/gemma-2-2b-it").spec_hash() == "de5d13a0b14b9753"
     assert JobSpec(model="google/gemma-2-2b-it").model_key() == "b3fc29ccf27def62"
     fake = JobSpec.model_validate(
         {
@@ -49,7 +50,7 @@ def test_specs_without_an_endpoint_keep_their_hash_and_model_key() -> None:
             "batch_sizes": [1, 5],
         }
     )
-    assert (fake.spec_hash(), fake.model_key()) == ("6e9c0ee671b2147e", "614aaf1350ff048f")
+    assert (fake.spec_hash(), fake.model_key()) == ("4d832ee5aad8e7f9", "a4e8e91d3e9efcac")
 
 
 @pytest.mark.parametrize(
