@@ -172,7 +172,9 @@ def run(
         prepared = submission.prepare(_spec(spec), settings=settings)
         # Ray is checked before the job is written: a job that cannot run here is not left in the queue.
         init_ray(settings)
-        submitted = job_store.submit(db, prepared.spec, prepared.plan, idempotency_key=idempotency_key)
+        submitted = job_store.submit(
+            db, prepared.spec, prepared.plan, idempotency_key=idempotency_key, endpoint=prepared.endpoint
+        )
     if on_submitted is not None:
         on_submitted(submitted)
     summary = dispatch({submitted.job_id}, settings=settings, on_written=on_written)

@@ -75,16 +75,25 @@ class RateLimiter:
         self._token_rate = tokens_per_minute / 60.0 if tokens_per_minute else None
         self._next_request = 0.0
         self._next_tokens = 0.0
+        self._turn = asyncio.Lock()
+        """One waiter at a time, in call order (asyncio's lock is fair)."""
 
     async def acquire(self, tokens: int) -> None:
-        """Wait until a request of `tokens` tokens may start. Slots are handed out in call order."""
-        now = time.monotonic()
-        start = max(now, self._next_request, self._next_tokens)
-        self._next_request = start + self._request_gap
-        if self._token_rate is not None:
-            self._next_tokens = start + tokens / self._token_rate
-        if start > now:
-            await asyncio.sleep(start - now)
+        """Wait until a request of `tokens` tokens may start. Slots are handed out in call order.
+
+        The next slot is counted from when this one actually started, not from when it was due: on a busy
+        machine the event loop wakes sleepers late, and slots computed ahead of time would then start
+        together, a burst the endpoint sees as over its limit."""
+        if self._request_gap == 0.0 and self._token_rate is None:
+            return
+        async with self._turn:
+            wait = max(self._next_request, self._next_tokens) - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            started = time.monotonic()
+            self._next_request = started + self._request_gap
+            if self._token_rate is not None:
+                self._next_tokens = started + tokens / self._token_rate
 
 
 class EndpointSession:

@@ -157,3 +157,10 @@ def test_the_editable_install_exposes_only_posbias(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_test_modules_have_unique_names() -> None:
+    # pytest imports test files by basename (the test folders are not packages): a second test_x.py in
+    # another folder stops the whole suite at collection.
+    names = [path.name for path in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
