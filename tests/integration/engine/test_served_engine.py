@@ -1,11 +1,9 @@
-"""Served jobs through a real `vllm serve` (the CPU build, on 127.0.0.1): a tiny random Llama, free and
-constrained, end to end through the dispatcher and Ray into SQLite and PostgreSQL. Every
+"""Served jobs through a real `vllm serve` (the CPU build, on 127.0.0.1): a tiny random Llama and the demo
+model, free and constrained, end to end through the dispatcher and Ray into SQLite and PostgreSQL. Every
 answer matches the in-process engine's on the same prompts (greedy): parse, prediction, token offsets, token
 distance, option probabilities, the output itself.
 
-The server starts once for this module (its start-up, about a minute here, is the cost). The demo model's
-byte-level BPE tokenizer is checked the same way by `benchmarks/served.py` (its default run compares every
-served answer with the in-process engine's), outside the suite's time budget.
+Each server starts once for this module (its start-up, about a minute here, is the cost).
 """
 
 from __future__ import annotations
@@ -19,16 +17,18 @@ import sqlalchemy as sa
 from support.vllmserve import VllmServer, vllm_serve
 
 import posbias.api as api
-from posbias.schemas import JobSpec, JobStatus, TrialResult
+from posbias.schemas import EngineName, JobSpec, JobStatus, TrialResult, WorkerConfig
 from posbias.service import database, store
 from posbias.service.settings import Settings
 from posbias.service.shards import shard_spec
+from posbias.workers.models import convert_gguf, demo_model_path
 from posbias.workers.shard import run_shard
 from posbias.workers.vllm_engine import VllmEngine
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("ray_session")]
 
 SUBJECTS = ["anatomy", "astronomy", "virology"]
+DEMO_CONTEXT = 8192
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,30 @@ def llama_server(
     log = tmp_path_factory.mktemp("vllm-serve") / "llama.log"
     with vllm_serve(tiny_llama_dir, cache_dir=cache_dir, log=log, max_model_len=4096) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def demo_folder(cache_dir: Path) -> Path:
+    """The demo model converted from GGUF, where the in-process engine converts it too."""
+    return convert_gguf(demo_model_path(), cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="module")
+def demo_server(
+    demo_folder: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    log = tmp_path_factory.mktemp("vllm-serve") / "demo.log"
+    with vllm_serve(
+        demo_folder, cache_dir=cache_dir, log=log, served_model="demo", max_model_len=DEMO_CONTEXT
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def demo_engine(demo_folder: Path, worker_config: WorkerConfig) -> Iterator[VllmEngine]:
+    engine = VllmEngine("demo", config=worker_config)
+    yield engine
+    engine.close()
 
 
 @pytest.fixture
@@ -176,3 +200,20 @@ def test_served_tiny_model_answers_as_the_in_process_engine(
     # The constrained job answered every position; its probabilities are over the options.
     rows = stored(database_url, ids[1])
     assert all(r.parse_status == "ok" and r.option_probs is not None for _, rs in rows.values() for r in rs)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_served_demo_model_answers_as_the_in_process_engine(
+    demo_server: VllmServer, demo_engine: VllmEngine, settings: Settings, database_url: str
+) -> None:
+    # A real tokenizer (SmolLM2's byte-level BPE): offsets from the server's /tokenize must still line up.
+    # Constrained only, to keep the suite's time (free answers are compared on the tiny model).
+    spec = local_spec("demo", batch_sizes=[2], iterations=2, answer_mode="constrained")
+    job_id = api.submit(served(spec, demo_server), settings=settings).job_id
+    api.dispatch([job_id], settings=settings)
+    job = api.job(job_id, settings=settings)
+    assert job.status is JobStatus.done, job.error
+    assert job.engine is not None and job.engine.served_model == "demo"
+    assert job.spec.engine.name is EngineName.openai
+    assert job.endpoint is not None and job.endpoint.capabilities.max_model_len == DEMO_CONTEXT
+    assert_same_answers(stored(database_url, job_id), in_process(spec, engine=demo_engine, settings=settings))
