@@ -100,7 +100,8 @@ class Engine(Protocol):
 
 
 def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
-    """The engine `spec` asks for: vLLM with the spec's model and options, or the fake engine.
+    """The engine `spec` asks for: vLLM with the spec's model, options and variant (a job spec's first), or
+    the fake engine.
 
     A model that cannot be loaded raises `PosbiasError` whose message is the loader's error on one line
     (the dispatcher fails the job's shards with it).
@@ -108,10 +109,18 @@ def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
     if spec.engine.name is EngineName.fake:
         from posbias.workers.testing import FakeEngine
 
-        seed = spec.fake.seed if spec.fake.seed is not None else spec.seed
-        return FakeEngine(spec.fake, seed=seed, model=spec.model)
+        # A shard's `fake` carries its variant's changes already; a job spec's first variant is what runs.
+        fake = spec.fake if isinstance(spec, ShardSpec) else spec.fake_for(spec.runs[0])
+        seed = fake.seed if fake.seed is not None else spec.seed
+        return FakeEngine(fake, seed=seed, model=spec.model)
     from posbias.workers.vllm_engine import VllmEngine
 
+    variant = spec.variant if isinstance(spec, ShardSpec) else spec.runs[0]
     return VllmEngine(
-        spec.model, revision=spec.revision, tokenizer=spec.tokenizer, options=spec.engine, config=config
+        spec.model,
+        revision=spec.revision,
+        tokenizer=spec.tokenizer,
+        options=spec.engine,
+        variant=variant,
+        config=config,
     )

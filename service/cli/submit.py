@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,15 @@ from posbias.schemas import (
     ShardResult,
     Submitted,
 )
-from posbias.service.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
+from posbias.service.cli.common import (
+    BadUsage,
+    JsonOpt,
+    describe_variant,
+    err,
+    out,
+    print_json,
+    settings_of,
+)
 from posbias.service.cli.curves import print_curve
 
 
@@ -91,6 +100,24 @@ EngineOpt = Annotated[
 FakeFirstOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the first position.")]
 FakeLastOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the last position.")]
 FakeMalformedOpt = Annotated[float | None, typer.Option(help="Fake engine: rate of unparseable lines.")]
+VariantOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--variant",
+        help="Run the model under this engine configuration too, on the same trials; repeat for several: "
+        "baseline, global-only, window:<tokens>, pattern:<local>:<global>, rope-base:<value>, "
+        "rope-base:x<factor>, or NAME={json hf_overrides}.",
+        show_default=False,
+    ),
+]
+HfOverridesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Config changes for every variant, as vLLM's hf_overrides (JSON), e.g. "
+        "'{\"final_logit_softcapping\": null}'.",
+        show_default=False,
+    ),
+]
 KeyOpt = Annotated[
     str | None,
     typer.Option(help="Submitting again with the same key returns the same job instead of a new one."),
@@ -121,8 +148,12 @@ def _build_spec(
     fake_first: float | None,
     fake_last: float | None,
     fake_malformed: float | None,
+    variant: list[str] | None,
+    hf_overrides: str | None,
 ) -> JobSpec:
     overrides: dict[str, Any] = {}
+    if variant:
+        overrides["variants"] = [_variant_flag(text) for text in variant]
     top = {
         "model": model,
         "revision": revision,
@@ -145,6 +176,7 @@ def _build_spec(
         "tensor_parallel_size": tensor_parallel_size,
         "max_model_len": max_model_len,
         "dtype": dtype,
+        "hf_overrides": None if hf_overrides is None else _json_mapping(hf_overrides, flag="--hf-overrides"),
     }
     fake = {"first": fake_first, "last": fake_last, "malformed": fake_malformed}
     for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake)):
@@ -171,6 +203,26 @@ def _build_spec(
     return spec
 
 
+def _variant_flag(text: str) -> str | dict[str, Any]:
+    """`--variant NAME` (a named one) or `--variant NAME={json}` (a raw hf_overrides mapping)."""
+    name, equals, raw = text.partition("=")
+    if not equals:
+        return text
+    return {"name": name, "hf_overrides": _json_mapping(raw, flag=f"--variant {name}=")}
+
+
+def _json_mapping(text: str, *, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadUsage(
+            f"{flag} takes a JSON mapping, e.g. '{{\"sliding_window\": 512}}': {exc.msg}"
+        ) from None
+    if not isinstance(value, dict):
+        raise BadUsage(f"{flag} takes a JSON mapping, e.g. '{{\"sliding_window\": 512}}'")
+    return value
+
+
 SPEC_FLAGS: dict[str, Any] = {
     "spec_file": SpecFile,
     "model": ModelOpt,
@@ -194,6 +246,8 @@ SPEC_FLAGS: dict[str, Any] = {
     "fake_first": FakeFirstOpt,
     "fake_last": FakeLastOpt,
     "fake_malformed": FakeMalformedOpt,
+    "variant": VariantOpt,
+    "hf_overrides": HfOverridesOpt,
 }
 """Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
 
@@ -269,6 +323,11 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
         )
     out.print(table)
     out.print(f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer})")
+    if dry.spec.variants:
+        out.print(f"{len(dry.spec.variants)} variants, each answering every trial:")
+        for v in dry.spec.variants:
+            asked = describe_variant(v.expect, fake=v.fake)
+            out.print(f"  {v.name}: {asked}")
     if dry.max_model_len is not None:
         own = f"{dry.model_context:,}" if dry.model_context is not None else "not known here"
         out.print(f"engine context: {dry.max_model_len:,} tokens (the model's own: {own})")
