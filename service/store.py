@@ -91,13 +91,14 @@ def write_results(session: Session, results: Mapping[int, ShardResult], *, now: 
     locked = {
         job_id: jobs.locked_job(session, job_id) for job_id in sorted({r.job_id for r in results.values()})
     }
-    unrecorded = set(
-        session.execute(
+    unrecorded: set[tuple[int, str]] = {
+        (job_id, variant)
+        for job_id, variant in session.execute(
             select(JobVariant.job_id, JobVariant.variant).where(
                 JobVariant.job_id.in_(sorted(locked)), JobVariant.model_id.is_(None)
             )
-        ).tuples()
-    )
+        )
+    }
     for shard_id, result in results.items():
         job = locked[result.job_id]
         variant = next(iter(trials[shard_id].values())).variant if trials[shard_id] else BASELINE
