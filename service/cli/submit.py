@@ -35,6 +35,7 @@ from posbias.schemas import (
     ShardResult,
     Submitted,
 )
+from posbias.schemas.variant import merge_overrides
 from posbias.service.cli.common import (
     BadUsage,
     JsonOpt,
@@ -45,6 +46,7 @@ from posbias.service.cli.common import (
     settings_of,
 )
 from posbias.service.cli.curves import print_curve
+from posbias.workers.variants import unverified_keys
 
 
 def register(app: typer.Typer) -> None:
@@ -327,7 +329,10 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
         out.print(f"{len(dry.spec.variants)} variants, each answering every trial:")
         for v in dry.spec.variants:
             asked = describe_variant(v.expect, fake=v.fake)
-            out.print(f"  {v.name}: {asked}")
+            # Only windows and RoPE bases are read back from the built model; say which changes are not.
+            unchecked = unverified_keys(merge_overrides(dry.spec.engine.hf_overrides, v.hf_overrides))
+            note = f" (not checked after loading: {', '.join(unchecked)})" if unchecked else ""
+            out.print(f"  {v.name}: {asked}{note}")
     if dry.max_model_len is not None:
         own = f"{dry.model_context:,}" if dry.model_context is not None else "not known here"
         out.print(f"engine context: {dry.max_model_len:,} tokens (the model's own: {own})")
