@@ -4,18 +4,21 @@ variant answers the same trials on an engine of its own, and comparisons between
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
-from posbias.schemas import ConflictError, CurveQuery, NotFoundError, Submitted
-from posbias.service import curves, jobs
+from posbias.schemas import ConflictError, CurveAxis, CurveQuery, NotFoundError, ShardResult, Submitted
+from posbias.schemas.schedule import RegressionRule, Verdict
+from posbias.service import curves, jobs, queue, verdicts
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
+from posbias.service.plot import plot_curves
 from posbias.service.settings import Settings
 from posbias.service.tables import JobStatus
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+Answer = Callable[..., ShardResult]
 
 FLAT = {"first": 0.8, "last": 0.8, "question_effect": 0.0, "prompt_effect": 0.0}
 VARIANTS = [
@@ -27,8 +30,12 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.usefixtures("ray_session")
 def test_variants_answer_the_same_trials_and_compare_paired(
-    db: Database, make_job: Callable[..., Submitted], fast_settings: Callable[..., Settings]
+    db: Database,
+    make_job: Callable[..., Submitted],
+    fast_settings: Callable[..., Settings],
+    tmp_path: Path,
 ) -> None:
     job = make_job(db, batch_sizes=(5,), iterations=40, shard_size=20, fake=FLAT, variants=VARIANTS).job_id
     dispatcher = Dispatcher(db, settings=fast_settings(db.url))
@@ -63,6 +70,14 @@ def test_variants_answer_the_same_trials_and_compare_paired(
 
     by_variant = {c.variant: c for c in curves.curves(db, CurveQuery(job_id=job))}
     assert list(by_variant) == ["baseline", "late-drop", "twin"]
+    assert by_variant["late-drop"].points[-1].accuracy < by_variant["baseline"].points[-1].accuracy - 0.4
+    overlay = plot_curves(list(by_variant.values()), path=tmp_path / "variants.png")
+    assert overlay.read_bytes().startswith(b"\x89PNG")
+    by_distance = curves.curves(
+        db, CurveQuery(job_id=job, variant="late-drop"), by=CurveAxis.token_distance, bin_width=64
+    )
+    assert [(c.variant, c.by) for c in by_distance] == [("late-drop", "token-distance")]
+    assert sum(p.n for p in by_distance[0].points) == 40 * 5
 
     base = CurveQuery(job_id=job, variant="baseline")
     dropped = curves.compare(db, base, CurveQuery(job_id=job, variant="late-drop"), batch_size=5)
@@ -82,3 +97,35 @@ def test_variants_answer_the_same_trials_and_compare_paired(
         curves.compare(db, CurveQuery(job_id=job), base, batch_size=5)
     with pytest.raises(NotFoundError, match=r"variant global-only.*\(it has baseline, late-drop, twin\)"):
         curves.curves(db, CurveQuery(job_id=job, variant="global-only"))
+
+
+def finish(db: Database, job_id: int, answer: Answer, *, correct: Callable[[int, int], bool]) -> None:
+    """Answer every shard of `job_id` as a worker would, through the queue."""
+    while leases := queue.lease(db, owner="test", limit=16, lease_seconds=60, job_ids=[job_id]):
+        results = [answer(lease.shard, correct=correct) for lease in leases]
+        assert all(w.written for w in queue.complete(db, results, owner="test"))
+
+
+def test_a_schedule_verdict_judges_each_variant_against_the_same_variant(
+    db: Database, make_job: Callable[..., Submitted], answer: Answer
+) -> None:
+    variants = ["baseline", {"name": "late-drop", "fake": {"last": 0.1}}]
+    base = make_job(db, batch_sizes=(4,), iterations=30, shard_size=30, variants=variants).job_id
+    cand = make_job(db, batch_sizes=(4,), iterations=30, shard_size=30, variants=variants).job_id
+
+    def usual(trial: int, position: int) -> bool:
+        return (trial + position) % 3 != 0
+
+    finish(db, base, answer, correct=usual)
+    # The candidate's late-drop variant (trials 30-59) answers the last position wrong; its baseline does not.
+    finish(db, cand, answer, correct=lambda t, p: usual(t, p) and not (t >= 30 and p == 4))
+
+    outcome = verdicts.compare_jobs(
+        db, baseline_job=base, candidate_job=cand, rule=RegressionRule(max_drop=10)
+    )
+    by_variant = {v.variant: v for v in outcome.batch_sizes}
+    assert list(by_variant) == ["baseline", "late-drop"]
+    assert all(v.method == "paired" and v.matched_trials == 30 for v in by_variant.values())
+    assert not by_variant["baseline"].drop_flagged and by_variant["late-drop"].drop_flagged
+    assert outcome.verdict is Verdict.regression
+    assert outcome.reason.startswith("N=4 late-drop position 4: accuracy -66.7 pts")
