@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from engine_helpers import GEMMA2_MAX_MODEL_LEN, GEMMA2_WINDOW, GEMMA3_WINDOW, quiz_prompt
@@ -63,14 +63,24 @@ def first_change(a: Sequence[float], b: Sequence[float]) -> int | None:
     return next((i + 1 for i, (x, y) in enumerate(zip(a, b, strict=True)) if abs(x - y) > SAME), None)
 
 
-@pytest.fixture(scope="module")
-def gemma2_short(gemma2_engine: VllmEngine) -> list[float]:
-    return canary(gemma2_engine, tokens=20)
+class Reading(NamedTuple):
+    """What the published model built, and how it reads the canary texts."""
+
+    layers: LayerConfig | None
+    short: list[float]
+    long: list[float]
 
 
 @pytest.fixture(scope="module")
-def gemma2_long(gemma2_engine: VllmEngine) -> list[float]:
-    return canary(gemma2_engine, tokens=4 * GEMMA2_WINDOW)
+def gemma2_baseline(tiny_gemma2_dir: Path, worker_config: WorkerConfig) -> Reading:
+    """The published tiny Gemma 2, read once and closed. (Not the session's `gemma2_engine`: closing an
+    in-process engine ends the parallel state every engine of the process shares, so this module never uses
+    an engine loaded before one it closed.)"""
+    engine = load(tiny_gemma2_dir, Variant(name="baseline"), config=worker_config)
+    try:
+        return Reading(engine.layers, canary(engine, tokens=20), canary(engine, tokens=4 * GEMMA2_WINDOW))
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize(
@@ -84,12 +94,10 @@ def test_gemma2_variant_is_built_as_asked_and_changes_only_what_lies_past_the_wi
     tiny_gemma2_dir: Path,
     worker_config: WorkerConfig,
     cache_dir: Path,
-    gemma2_engine: VllmEngine,
-    gemma2_short: list[float],
-    gemma2_long: list[float],
+    gemma2_baseline: Reading,
 ) -> None:
     # The published model, as vLLM built it: a window of 64 on layers 0 and 2 (read from the kernels).
-    assert gemma2_engine.layers == LayerConfig(windows=(64, None, 64, None), rope_theta=(10000.0,) * 4)
+    assert gemma2_baseline.layers == LayerConfig(windows=(64, None, 64, None), rope_theta=(10000.0,) * 4)
     [variant] = resolved(tiny_gemma2_dir, name, cache_dir=cache_dir)
     assert variant.expect == LayerConfig(windows=windows, rope_theta=(10000.0,) * 4)
     engine = load(tiny_gemma2_dir, variant, config=worker_config)
@@ -105,8 +113,8 @@ def test_gemma2_variant_is_built_as_asked_and_changes_only_what_lies_past_the_wi
     assert info.sliding_window_layers == ((0, 2) if windows[0] else None)
     # The canary: a text shorter than both windows reads the same; a longer one changes from where the
     # narrower window stops reaching back, and not before.
-    assert first_change(gemma2_short, short) is None
-    changed = first_change(gemma2_long, long)
+    assert first_change(gemma2_baseline.short, short) is None
+    changed = first_change(gemma2_baseline.long, long)
     assert changed is not None and changes_after - 1 <= changed <= changes_after + 2, changed
 
 
@@ -165,9 +173,8 @@ def test_gemma3_variants_are_built_as_asked_and_a_silently_ignored_override_is_r
 
 
 def test_llama_takes_a_rope_base_and_refuses_window_variants_with_what_it_supports(
-    tiny_llama_dir: Path, worker_config: WorkerConfig, cache_dir: Path, llama_engine: VllmEngine
+    tiny_llama_dir: Path, worker_config: WorkerConfig, cache_dir: Path
 ) -> None:
-    assert llama_engine.layers == LayerConfig(windows=(None,) * 4, rope_theta=(500_000.0,) * 4)
     for name in ("global-only", "window:32", "pattern:5:1"):
         with pytest.raises(PosbiasError) as refused:
             resolved(tiny_llama_dir, name, cache_dir=cache_dir)
@@ -179,10 +186,12 @@ def test_llama_takes_a_rope_base_and_refuses_window_variants_with_what_it_suppor
     assert variant.hf_overrides == {"rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0}}
     engine = VllmEngine(str(tiny_llama_dir), variant=variant, config=worker_config)
     try:
-        assert engine.layers == LayerConfig(windows=(None,) * 4, rope_theta=(1_000_000.0,) * 4)
-        assert engine.model_info.rope_theta == 1_000_000.0
+        built, info = engine.layers, engine.model_info
     finally:
         engine.close()
+    # The published Llama has 500000 on every layer (tests/support/tinymodels.py); the variant doubles it.
+    assert built == LayerConfig(windows=(None,) * 4, rope_theta=(1_000_000.0,) * 4)
+    assert info.rope_theta == 1_000_000.0 and info.hf_overrides == variant.hf_overrides
 
 
 # --- a job of two variants, from submit to a paired comparison ------------------------------------------
@@ -191,7 +200,7 @@ def test_llama_takes_a_rope_base_and_refuses_window_variants_with_what_it_suppor
 @pytest.fixture(scope="module")
 def engines() -> Iterator[dict[str, Engine]]:
     """Engines by model key, loaded from the first shard of each, as an actor loads its engine; shared by
-    the SQLite and PostgreSQL runs of the same job spec."""
+    the SQLite and PostgreSQL runs of the same job spec, and closed together at the end of the module."""
     loaded: dict[str, Engine] = {}
     yield loaded
     for engine in loaded.values():
