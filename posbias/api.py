@@ -52,7 +52,8 @@ from posbias.service.settings import Settings, load_settings
 SpecLike = JobSpec | Mapping[str, Any] | str | Path
 """A job spec: a `JobSpec`, a mapping of its fields, or the path of a YAML or JSON spec file."""
 Target = int | str | CurveQuery
-"""Whose curves: a job id, a model name (every job of it), or a `CurveQuery`."""
+"""Whose curves: a job id (`3`, or `"3:global-only"` for one of its variants), a model name (every job of
+it), or a `CurveQuery`."""
 
 
 def _settings(settings: Settings | None) -> Settings:
@@ -232,14 +233,21 @@ def retry(job_id: int, *, settings: Settings | None = None) -> JobChange:
 # --- results ------------------------------------------------------------------------------------------
 
 
-def _query(target: Target, *, revision: str | None, batch_size: int | None) -> CurveQuery:
+def _query(
+    target: Target, *, revision: str | None, batch_size: int | None, variant: str | None = None
+) -> CurveQuery:
     if isinstance(target, CurveQuery):
         return target
     if isinstance(target, bool):
         raise PosbiasError("name a job id or a model, not a boolean")
     if isinstance(target, int):
-        return CurveQuery(job_id=target, batch_size=batch_size)
-    return CurveQuery(model=target, revision=revision, batch_size=batch_size)
+        return CurveQuery(job_id=target, batch_size=batch_size, variant=variant)
+    job, colon, named = target.partition(":")
+    if job.isdigit():
+        return CurveQuery(
+            job_id=int(job), batch_size=batch_size, variant=(named if colon else variant) or None
+        )
+    return CurveQuery(model=target, revision=revision, batch_size=batch_size, variant=variant)
 
 
 def curves(
@@ -248,13 +256,14 @@ def curves(
     settings: Settings | None = None,
     batch_size: int | None = None,
     revision: str | None = None,
+    variant: str | None = None,
     by: CurveAxis = CurveAxis.position,
     bin_width: int = 256,
 ) -> list[Curve]:
-    """One curve per batch size of a job (an id) or a model (a name, every job of it), in batch-size
-    order: accuracy by position (or by token distance, `by`) with intervals. `NotFoundError` when there are
-    no results."""
-    query = _query(target, revision=revision, batch_size=batch_size)
+    """One curve per variant and batch size of a job (an id) or a model (a name, every job of it), in
+    batch-size order, the baseline first (`variant`: that one only): accuracy by position (or by token
+    distance, `by`) with intervals. `NotFoundError` when there are no results."""
+    query = _query(target, revision=revision, batch_size=batch_size, variant=variant)
     with _store(_settings(settings), read_only=True) as db:
         return curve_reports.curves(db, query, by=by, bin_width=bin_width)
 
@@ -262,14 +271,13 @@ def curves(
 def compare(
     a: Target, b: Target, *, settings: Settings | None = None, batch_size: int | None = None
 ) -> Comparison:
-    """B minus A at every position, at one batch size (needed when the two share several)."""
+    """B minus A at every position, at one batch size (needed when the two share several). Two variants of
+    a job (`compare("3:baseline", "3:global-only")`) answer the same trials: compared paired."""
     qa = _query(a, revision=None, batch_size=None)
     qb = _query(b, revision=None, batch_size=None)
     with _store(_settings(settings), read_only=True) as db:
         if batch_size is None:
-            sizes = {c.batch_size for c in curve_reports.curves(db, qa)} & {
-                c.batch_size for c in curve_reports.curves(db, qb)
-            }
+            sizes = set(curve_reports.batch_sizes(db, qa)) & set(curve_reports.batch_sizes(db, qb))
             if len(sizes) != 1:
                 raise ConflictError(
                     f"pick one batch size with --batch-size (batch_size= in Python): both have "

@@ -37,8 +37,17 @@ from posbias.schemas.jobs import (
     ShardRecord,
     ShardStatus,
     Submitted,
+    VariantRun,
 )
 from posbias.schemas.record import Record
+from posbias.schemas.variant import (
+    BASELINE,
+    Intervention,
+    InterventionKind,
+    LayerConfig,
+    Variant,
+    parse_intervention,
+)
 from posbias.schemas.work import (
     CloseReport,
     EngineInfo,
@@ -60,6 +69,7 @@ from posbias.schemas.work import (
 )
 
 __all__ = [
+    "BASELINE",
     "FINISHED_JOB_STATUSES",
     "AnswerMode",
     "BatchSizeEstimate",
@@ -86,11 +96,14 @@ __all__ = [
     "ExportSummary",
     "FakeSpec",
     "Interval",
+    "Intervention",
+    "InterventionKind",
     "JobChange",
     "JobProgress",
     "JobRecord",
     "JobSpec",
     "JobStatus",
+    "LayerConfig",
     "LoadReport",
     "ModelInfo",
     "NotFoundError",
@@ -118,6 +131,9 @@ __all__ = [
     "Trial",
     "TrialResult",
     "TrialStatus",
+    "Variant",
+    "VariantRun",
     "WorkerConfig",
     "one_line",
+    "parse_intervention",
 ]

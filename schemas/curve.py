@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from posbias.schemas.record import Record
+from posbias.schemas.variant import BASELINE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +63,7 @@ class Interval(Record):
 
 
 class Curve(Record):
-    """One curve: one model (and revision) at one batch size, over one or more jobs.
+    """One curve: one model (and revision) under one variant at one batch size, over one or more jobs.
 
     Answers of one prompt are not independent, and neither are the rotations of one sampled set: every
     interval treats a *cluster* (a trial, or under rotation a sampled set) as the unit of sampling.
@@ -71,6 +72,7 @@ class Curve(Record):
     model: str = Field(description="Model name.")
     revision: str | None = Field(None, description="Model revision.")
     job_ids: tuple[int, ...] = Field(description="Jobs whose results make up the curve.")
+    variant: str = Field(BASELINE, description="The engine configuration that answered (`baseline`, ...).")
     batch_size: int = Field(description="N.")
     by: str = Field("position", description="`position` or `token-distance`.")
     points: tuple[CurvePoint, ...] = Field(description="One point per position (or bin), in order.")
@@ -118,10 +120,13 @@ class Curve(Record):
     )
 
     def to_pandas(self) -> pd.DataFrame:
-        """One row per point, with the curve's model, revision and batch size as columns."""
+        """One row per point, with the curve's model, revision, variant and batch size as columns."""
         return _frame(
-            [{"model": self.model, "revision": self.revision, **p.model_dump()} for p in self.points],
-            columns=["model", "revision", *CurvePoint.model_fields],
+            [
+                {"model": self.model, "revision": self.revision, "variant": self.variant, **p.model_dump()}
+                for p in self.points
+            ],
+            columns=["model", "revision", "variant", *CurvePoint.model_fields],
         )
 
 
@@ -193,17 +198,22 @@ class CurveAxis(StrEnum):
 
 
 class CurveQuery(Record):
-    """Which results make up a curve: a model (and revision) or a job, optionally one batch size."""
+    """Which results make up a curve: a model (and revision) or a job, optionally one variant and one
+    batch size."""
 
     model: str | None = Field(None, description="Model name as submitted (every job of it).")
     revision: str | None = Field(None, description="Only the jobs of this model revision.")
     batch_size: int | None = Field(None, description="Only this batch size (default: every one).")
     job_id: int | None = Field(None, description="One job instead of a model's jobs.")
+    variant: str | None = Field(
+        None, description="Only this variant (default: every one, each its own curve; never pooled)."
+    )
 
     def describe(self) -> str:
         """The query in words, for messages."""
         parts = [f"model {self.model}" if self.model else "", f"job {self.job_id}" if self.job_id else ""]
         parts += [f"revision {self.revision}" if self.revision else ""]
+        parts += [f"variant {self.variant}" if self.variant else ""]
         parts += [f"batch size {self.batch_size}" if self.batch_size else ""]
         return ", ".join(p for p in parts if p)
 

@@ -19,11 +19,20 @@ from typing import Annotated, Any, Self
 
 import numpy as np
 import yaml
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from posbias.schemas.endpoint import EndpointApi
 from posbias.schemas.errors import PosbiasError, one_line
 from posbias.schemas.record import Record
+from posbias.schemas.variant import BASELINE, MAX_VARIANTS, InterventionKind, Variant, check_overrides
 
 MAX_BATCH_SIZE = 200
 ROTATION_WARN_BATCH_SIZE = 20
@@ -56,7 +65,23 @@ Int = Annotated[int, BeforeValidator(_not_bool)]
 FINITE = ConfigDict(allow_inf_nan=False)
 """Numbers in a spec are finite: `inf` or `nan` is refused where it is given, not met by the engine."""
 
-ExtraValue = str | int | float | bool | None
+
+RESERVED_ENGINE_ARGUMENTS = frozenset(
+    {
+        "model",
+        "tokenizer",
+        "revision",
+        "dtype",
+        "tensor_parallel_size",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "hf_overrides",
+        "worker_extension_cls",
+        "language_model_only",
+    }
+)
+"""`vllm.LLM` arguments `engine.extra` may not set: each has a field of its own, or posbias needs its value
+(the worker extension reports what ran; prompts are token ids, so no vision tower)."""
 
 
 class Design(StrEnum):
@@ -228,11 +253,19 @@ class EngineOptions(Record):
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="Fraction of each GPU's memory vLLM may use."
     )
-    extra: dict[str, ExtraValue] = Field(
+    hf_overrides: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="Changes to the model's Hugging Face config for every variant of the job, as vLLM's "
+        "`hf_overrides` takes them (nested mappings and lists, e.g. `{text_config: {sliding_window: 512}}`); "
+        "checked against the model vLLM builds, like a variant's.",
+    )
+    extra: dict[str, JsonValue] = Field(
         default_factory=dict,
         max_length=100,
-        description="Further keyword arguments for `vllm.LLM` (e.g. `enable_prefix_caching: true`).",
+        description="Further keyword arguments for `vllm.LLM`, any JSON value (e.g. `enable_prefix_caching: "
+        "true`, `compilation_config: {level: 0}`); vLLM checks their names when the engine starts.",
     )
+
     # --- engine `openai` ---------------------------------------------------------------------------------
     base_url: str | None = Field(
         None,
@@ -289,6 +322,24 @@ class EngineOptions(Record):
         "false never asks; unset: when the endpoint returns them.",
     )
 
+    @field_validator("hf_overrides")
+    @classmethod
+    def _check_hf_overrides(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        check_overrides(value)
+        return value
+
+    @field_validator("extra")
+    @classmethod
+    def _check_extra(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        check_overrides(value, where="extra")
+        taken = sorted(RESERVED_ENGINE_ARGUMENTS & set(value))
+        if taken:
+            raise ValueError(
+                f"{', '.join(taken)} cannot go in engine.extra: use its own engine field (hf_overrides for "
+                "config changes), or leave it to posbias"
+            )
+        return value
+
     @field_validator("api_key_env")
     @classmethod
     def _check_api_key_env(cls, value: str | None) -> str | None:
@@ -310,9 +361,10 @@ class EngineOptions(Record):
         if self.base_url is None:
             raise ValueError("engine openai needs base_url, e.g. http://127.0.0.1:8000/v1")
         _check_base_url(self.base_url)
-        if self.tensor_parallel_size != 1 or self.extra:
+        if self.tensor_parallel_size != 1 or self.extra or self.hf_overrides:
             raise ValueError(
-                "tensor_parallel_size and extra are vLLM options; an endpoint's GPUs and settings are its own"
+                "tensor_parallel_size, extra and hf_overrides are vLLM options; an endpoint's GPUs, settings "
+                "and config are its own"
             )
         return self
 
@@ -324,12 +376,14 @@ class EngineOptions(Record):
         return value
 
     def identity(self) -> dict[str, Any]:
-        """The options as stored and hashed: the `openai` fields only when set, so a spec written before
-        they existed keeps its hash (and its idempotency keys) and its model key."""
+        """The options as stored and hashed: the `openai` fields and `hf_overrides` only when set, so a spec
+        written before they existed keeps its hash (and its idempotency keys) and its model key."""
         data = self.model_dump(mode="json")
         for name in OPENAI_FIELDS:
             if data[name] is None:
                 del data[name]
+        if not data["hf_overrides"]:
+            del data["hf_overrides"]  # so jobs stored before the field existed keep their hash and key
         return data
 
 
@@ -494,6 +548,14 @@ class JobSpec(Record):
     shard_size: Int | None = Field(
         None, ge=1, le=1_000_000, description="Trials per shard; chosen from the batch size when not set."
     )
+    variants: tuple[Variant, ...] = Field(
+        (),
+        description="Engine configurations of the model that each answer every trial: `baseline` (the "
+        "model as published) and interventions such as `global-only`, `window:<tokens>`, "
+        "`pattern:<local>:<global>`, `rope-base:<value>`, `rope-base:x<factor>`, or `{name, hf_overrides}`. "
+        "Empty: the baseline alone.",
+        max_length=MAX_VARIANTS,
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -553,28 +615,93 @@ class JobSpec(Record):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _check_variants(self) -> Self:
+        names = [variant.name for variant in self.variants]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"variant names must differ: {', '.join(repeated)} given twice")
+        fake = self.engine.name is EngineName.fake
+        served = self.engine.name is EngineName.openai
+        for variant in self.variants:
+            kind = variant.intervention.kind if variant.intervention is not None else None
+            if served and (variant.hf_overrides or kind not in (None, InterventionKind.baseline)):
+                raise ValueError(
+                    f"variant {variant.name}: a served model's architecture is its server's; serve each "
+                    "variant as its own endpoint (vllm serve --hf-overrides ...) and submit a job to each"
+                )
+            if fake and (variant.hf_overrides or kind not in (None, InterventionKind.baseline)):
+                raise ValueError(
+                    f"variant {variant.name}: the fake engine has no architecture to change; give fake "
+                    "variants as {name: NAME, fake: {last: 0.4}}"
+                )
+            if variant.fake:
+                if not fake:
+                    raise ValueError(f"variant {variant.name}: `fake` settings are for engine `fake` only")
+                try:
+                    self.fake_for(variant)
+                except ValidationError as exc:
+                    raise ValueError(
+                        f"variant {variant.name}: fake.{describe_validation_error(exc)}"
+                    ) from None
+        if fake and self.engine.hf_overrides:
+            raise ValueError("engine.hf_overrides: the fake engine has no config to change")
+        return self
+
+    @property
+    def runs(self) -> tuple[Variant, ...]:
+        """The variants that run: `variants`, or the baseline alone when none are given."""
+        return self.variants or (Variant(name=BASELINE),)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of the variants that run, in order."""
+        return tuple(variant.name for variant in self.runs)
+
+    def variant(self, name: str) -> Variant:
+        """The variant called `name`. Raises `KeyError` when the spec has none of that name."""
+        for variant in self.runs:
+            if variant.name == name:
+                return variant
+        raise KeyError(name)
+
+    def fake_for(self, variant: Variant) -> FakeSpec:
+        """The fake engine's behaviour under `variant`: the job's `fake` with the variant's changes."""
+        if not variant.fake:
+            return self.fake
+        return FakeSpec.model_validate({**self.fake.model_dump(), **variant.fake})
+
     def trials_per_batch_size(self, batch_size: int) -> int:
-        """Prompts this spec renders at one batch size."""
+        """Prompts this spec renders at one batch size, for each variant."""
         return self.iterations * (batch_size if self.design is Design.rotation else 1)
 
     @property
     def total_trials(self) -> int:
-        """Prompts this spec renders in all."""
-        return sum(self.trials_per_batch_size(n) for n in self.batch_sizes)
+        """Prompts this spec renders in all, every variant's."""
+        return len(self.runs) * sum(self.trials_per_batch_size(n) for n in self.batch_sizes)
 
     def spec_hash(self) -> str:
         """A short stable digest of the spec: the same spec gives the same hash on any machine."""
         data = self.model_dump(mode="json")
         data["engine"] = self.engine.identity()
+        if not data["variants"]:
+            del data["variants"]  # so specs written before variants existed keep their hash
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
-    def model_key(self) -> str:
-        """Identity of the loaded engine: shards with the same key can share one actor."""
+    def model_key(self, variant: Variant | None = None) -> str:
+        """Identity of the loaded engine of `variant` (default: the first that runs): shards with the same key
+        can share one actor. A variant's overrides and what it expects vLLM to build are part of it."""
+        variant = variant or self.runs[0]
         engine = self.engine.identity()
         ident: list[object] = [self.model, self.revision, self.tokenizer, engine]
         if self.engine.name is EngineName.fake:
-            ident.append(self.fake.model_dump(mode="json"))  # the fake's behaviour is its "weights"
+            ident.append(
+                self.fake_for(variant).model_dump(mode="json")
+            )  # the fake's behaviour is its "weights"
+        if variant.hf_overrides or variant.expect is not None:
+            expect = None if variant.expect is None else variant.expect.model_dump(mode="json")
+            ident.append({"hf_overrides": variant.hf_overrides, "expect": expect})
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod

@@ -6,12 +6,13 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from posbias.schemas.curve import Curve
 from posbias.schemas.endpoint import EndpointReport
 from posbias.schemas.job import JobSpec
 from posbias.schemas.record import Record
+from posbias.schemas.variant import BASELINE, LayerConfig
 from posbias.schemas.work import EngineInfo
 
 
@@ -74,6 +75,22 @@ class JobProgress(Record):
         return self.status in FINISHED_JOB_STATUSES
 
 
+class VariantRun(Record):
+    """One variant of a job: what it asked of the engine at submit, and what the engine built."""
+
+    name: str = Field(description="The variant's name (`baseline`, `global-only`, ...).")
+    model_key: str = Field(description="Identity of its engine.")
+    hf_overrides: dict[str, JsonValue] = Field(description="Config changes it loads the model with.")
+    expected: LayerConfig | None = Field(
+        description="What vLLM must build for it to run (None: the model as published, recorded only)."
+    )
+    built: LayerConfig | None = Field(
+        description="Each layer's window and RoPE base read back from the engine that answered; None until "
+        "its first result, or when the engine cannot say."
+    )
+    engine: EngineInfo | None = Field(description="The engine that answered; None until its first result.")
+
+
 class JobRecord(Record):
     """A job as `posbias status` shows it."""
 
@@ -92,11 +109,15 @@ class JobRecord(Record):
     trials_total: int = Field(description="Trials planned.")
     shards_total: int = Field(description="Shards planned.")
     engine: EngineInfo | None = Field(
-        description="What produced the answers; None until the first result is written."
+        description="What produced the answers (of the first variant that wrote any); None until the first "
+        "result is written."
     )
     progress: JobProgress = Field(description="Trials done and skipped, shards by status, when it was read.")
     endpoint: EndpointReport | None = Field(
         None, description="openai: the endpoint's probed capabilities and how the job uses them."
+    )
+    variants: tuple[VariantRun, ...] = Field(
+        (), description="Each variant: what it asked of the engine and what the engine built."
     )
 
 
@@ -126,6 +147,7 @@ class ShardRecord(Record):
     finished_at: datetime | None = Field(description="When it became done, dead or cancelled.")
     last_error: str | None = Field(description="The error of its last failed attempt.")
     trial_count: int = Field(description="Trials it holds.")
+    variant: str = Field(BASELINE, description="The variant whose engine runs it.")
 
 
 class BatchSizeEstimate(Record):

@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from posbias.schemas.curve import Interval
 from posbias.schemas.record import Record
+from posbias.schemas.variant import BASELINE
 
 
 class ScheduleSource(StrEnum):
@@ -185,6 +186,7 @@ class BatchSizeVerdict(Record):
     """The checks at one batch size."""
 
     batch_size: int = Field(description="N.")
+    variant: str = Field(BASELINE, description="The variant compared (the same in both jobs).")
     positions: int = Field(description="Positions compared.")
     method: str = Field("unpaired", description="`paired`, `partly paired` or `unpaired` (see Comparison).")
     matched_trials: int = Field(0, description="Baseline trials with a match in the candidate.")

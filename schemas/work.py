@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from posbias.schemas.job import (
     AnswerMode,
@@ -20,6 +20,7 @@ from posbias.schemas.job import (
     SamplingSpec,
 )
 from posbias.schemas.record import Record
+from posbias.schemas.variant import BASELINE, LayerConfig, Variant
 
 
 class Question(Record):
@@ -47,6 +48,11 @@ class Trial(Record):
     rotation: int = Field(
         0, ge=0, description="Rotation design: how far the sampled set was rotated (0 for `random`)."
     )
+    variant: str = Field(
+        BASELINE,
+        description="The variant (engine configuration) that answers this trial; every variant of a job "
+        "answers the same trials.",
+    )
 
 
 class PlannedShard(Record):
@@ -54,6 +60,7 @@ class PlannedShard(Record):
 
     index: int = Field(ge=0, description="0-based shard index within the job.")
     trial_indices: tuple[int, ...] = Field(min_length=1, description="Trial indices, in order.")
+    variant: str = Field(BASELINE, description="The variant whose engine runs the shard's trials.")
 
 
 class QuestionPool(Record):
@@ -89,7 +96,14 @@ class ShardSpec(Record):
     tokenizer: str | None = Field(None, description="Tokenizer, when not the model's own.")
     model_key: str = Field(description="Identity of the engine; shards with the same key share an actor.")
     engine: EngineOptions = Field(description="Engine settings.")
-    fake: FakeSpec = Field(default_factory=FakeSpec, description="Fake engine behaviour (engine `fake`).")
+    variant: Variant = Field(
+        default_factory=lambda: Variant(name=BASELINE),
+        description="The engine configuration to run: its hf_overrides and what vLLM must build for it.",
+    )
+    fake: FakeSpec = Field(
+        default_factory=FakeSpec,
+        description="Fake engine behaviour (engine `fake`), with the variant's changes.",
+    )
     answer_mode: AnswerMode = Field(description="Free or constrained answers.")
     prompt: PromptTemplate = Field(description="Prompt wording.")
     chat_template: ChatTemplateUse = Field(description="Whether to wrap the prompt in a chat template.")
@@ -190,6 +204,16 @@ class ModelInfo(Record):
     rope_theta: float | None = Field(None, description="RoPE base frequency.")
     context_length: int | None = Field(None, description="Maximum context length in tokens.")
     num_parameters: int | None = Field(None, description="Parameter count.")
+    hf_overrides: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="The config changes the model was built with (a job's and its variant's); empty for the "
+        "model as published. Part of the model's identity in the store.",
+    )
+    layers: LayerConfig | None = Field(
+        None,
+        description="Each attention layer's window and RoPE base as read back from the model the engine "
+        "built (the fields above follow from it when known); None when the engine cannot say (the fake).",
+    )
 
 
 class EngineInfo(Record):

@@ -22,6 +22,7 @@ from posbias.schemas import (
     JobRecord,
     JobSpec,
     JobStatus,
+    LayerConfig,
     NotFoundError,
     Plan,
     PosbiasError,
@@ -29,7 +30,9 @@ from posbias.schemas import (
     ShardStatus,
     Submitted,
     TrialStatus,
+    VariantRun,
 )
+from posbias.schemas.variant import merge_overrides
 from posbias.service import queue, tables
 from posbias.service.database import IN_CHUNK, Database, dialect_insert, now_utc
 from posbias.service.shards import load_spec
@@ -154,8 +157,22 @@ def _insert_job(
             questions[start : start + IN_CHUNK],
         )
 
-    shard_ids = queue.enqueue(session, job_id=job.id, spec=spec, plan=plan, model_key=job.model_key)
+    shard_ids = queue.enqueue(session, job_id=job.id, spec=spec, plan=plan)
     shard_of = {trial: shard_ids[shard.index] for shard in plan.shards for trial in shard.trial_indices}
+    session.execute(
+        insert(tables.JobVariant),
+        [
+            {
+                "job_id": job.id,
+                "variant": variant.name,
+                "ordinal": ordinal,
+                "model_key": spec.model_key(variant),
+                "hf_overrides": merge_overrides(spec.engine.hf_overrides, variant.hf_overrides),
+                "expected_layers": None if variant.expect is None else variant.expect.model_dump(mode="json"),
+            }
+            for ordinal, variant in enumerate(spec.runs)
+        ],
+    )
     session.execute(
         insert(tables.Trial),
         [
@@ -171,6 +188,7 @@ def _insert_job(
                 if trial.choice_orders is None
                 else [list(order) for order in trial.choice_orders],
                 "status": TrialStatus.planned,
+                "variant": trial.variant,
             }
             for trial in plan.trials
         ],
@@ -345,6 +363,21 @@ def _record(session: Session, job: Job) -> JobRecord:
         engine=None if job.engine is None else EngineInfo.model_validate(job.engine),
         progress=_progress(session, job),
         endpoint=None if job.endpoint is None else EndpointReport.model_validate(job.endpoint),
+        variants=tuple(
+            VariantRun(
+                name=v.variant,
+                model_key=v.model_key,
+                hf_overrides=v.hf_overrides,
+                expected=None if v.expected_layers is None else LayerConfig.model_validate(v.expected_layers),
+                built=None if v.built_layers is None else LayerConfig.model_validate(v.built_layers),
+                engine=None if v.engine is None else EngineInfo.model_validate(v.engine),
+            )
+            for v in session.scalars(
+                select(tables.JobVariant)
+                .where(tables.JobVariant.job_id == job.id)
+                .order_by(tables.JobVariant.ordinal)
+            )
+        ),
     )
 
 
@@ -381,6 +414,7 @@ def shards(db: Database, job_id: int) -> list[ShardRecord]:
                 finished_at=s.finished_at,
                 last_error=s.last_error,
                 trial_count=s.trial_count,
+                variant=s.variant,
             )
             for s in session.scalars(select(Shard).where(Shard.job_id == job_id).order_by(Shard.index))
         ]

@@ -8,11 +8,11 @@ trials. Option shuffling draws from a stream of its own, so turning it on keeps 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from posbias.schemas import Design, JobSpec, Plan, PlannedShard, QuestionPool, Trial
+from posbias.schemas import BASELINE, Design, JobSpec, Plan, PlannedShard, QuestionPool, Trial
 from posbias.service.datasets import check_pool
 
 QUESTIONS_PER_SHARD = 500
@@ -32,11 +32,13 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
 
     Trial indices run 0..T-1 over the batch sizes in ascending order. `random` samples N distinct
     questions per iteration; `rotation` samples N per iteration and shows them N times, rotated so every
-    question sits at every position once. Each shard holds trials of one batch size. Raises `PosbiasError`
-    when a batch size exceeds the pool. `on_progress(trials planned, total)` is called every
-    `PROGRESS_EVERY` trials, and once at the end.
+    question sits at every position once. Each shard holds trials of one batch size. A job with several
+    variants has these trials once per variant (`per_variant`). Raises `PosbiasError` when a batch size
+    exceeds the pool. `on_progress(trials planned, total)` is called every `PROGRESS_EVERY` trials, and
+    once at the end.
     """
-    total = spec.total_trials
+    # One variant's trials: the other variants' are copies of them.
+    total = sum(spec.trials_per_batch_size(n) for n in spec.batch_sizes)
     reported = 0
     check_pool(spec, pool=pool)
     ordered = sorted(pool.questions, key=lambda question: question.id)
@@ -81,7 +83,30 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
         on_progress(len(trials), total)
     used = sorted({qid for trial in trials for qid in trial.question_ids})
     by_id = {question.id: question for question in ordered}
-    return Plan(trials=tuple(trials), shards=tuple(shards), questions={qid: by_id[qid] for qid in used})
+    one = Plan(trials=tuple(trials), shards=tuple(shards), questions={qid: by_id[qid] for qid in used})
+    return per_variant(one, variants=[variant.name for variant in spec.runs])
+
+
+def per_variant(plan: Plan, *, variants: Sequence[str]) -> Plan:
+    """`plan` once for each of `variants`, in order: every variant answers the same trials (so comparisons
+    between them are paired), in shards of its own (so each runs on its own engine). The k-th variant's
+    trials and shards follow the previous variants', with their indices shifted."""
+    if list(variants) == [BASELINE]:
+        return plan
+    trials: list[Trial] = []
+    shards: list[PlannedShard] = []
+    for name in variants:
+        offset = len(trials)
+        shards += [
+            PlannedShard(
+                index=len(shards) + k,
+                trial_indices=tuple(offset + i for i in shard.trial_indices),
+                variant=name,
+            )
+            for k, shard in enumerate(plan.shards)
+        ]
+        trials += [t.model_copy(update={"index": offset + t.index, "variant": name}) for t in plan.trials]
+    return plan.model_copy(update={"trials": tuple(trials), "shards": tuple(shards)})
 
 
 def shard_size(spec: JobSpec, *, batch_size: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from posbias.schemas import Curve, PosbiasError
 
@@ -16,9 +17,10 @@ def plot_curves(
     title: str | None = None,
 ) -> Path:
     """One line per curve (accuracy by position) with its pointwise 95% interval shaded; chance level dashed,
-    from the data's number of options.
+    from the data's number of options. Curves of several variants are overlaid: one colour per batch size,
+    one line style per variant.
 
-    `labels` name the lines (default: the batch size).
+    `labels` name the lines (default: the batch size, and the variant when there are several).
     """
     import matplotlib
 
@@ -30,7 +32,15 @@ def plot_curves(
         raise PosbiasError(f"plots are PNG files: give a path ending in .png (got {out})")
     if not curves:
         raise PosbiasError("nothing to plot: no curve has results")
-    names = list(labels) if labels is not None else [f"N = {c.batch_size}" for c in curves]
+    variants = list(dict.fromkeys(c.variant for c in curves))
+    sizes = list(dict.fromkeys(c.batch_size for c in curves))
+    overlaid = len(variants) > 1
+    if labels is not None:
+        names = list(labels)
+    else:
+        names = [f"N = {c.batch_size}" + (f", {c.variant}" if overlaid else "") for c in curves]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "--", ":", "-."]
     by = curves[0].by
     figure, axes = plt.subplots(figsize=(8, 4.5), dpi=120)
     for curve, name in zip(curves, names, strict=True):
@@ -38,8 +48,17 @@ def plot_curves(
         if not points:
             continue
         x = [p.x for p in points]
+        style: dict[str, Any] = {}
+        if overlaid:
+            style["color"] = colours[sizes.index(curve.batch_size) % len(colours)]
+            style["linestyle"] = styles[variants.index(curve.variant) % len(styles)]
         (line,) = axes.plot(
-            x, [p.accuracy or 0.0 for p in points], marker="o" if len(points) < 30 else None, ms=3, label=name
+            x,
+            [p.accuracy or 0.0 for p in points],
+            marker="o" if len(points) < 30 else None,
+            ms=3,
+            label=name,
+            **style,
         )
         low = [p.ci_low or 0.0 for p in points]
         high = [p.ci_high or 0.0 for p in points]

@@ -75,8 +75,10 @@ class WriteOutcome:
 # --- entering the queue -------------------------------------------------------------------------------
 
 
-def enqueue(session: Session, *, job_id: int, spec: JobSpec, plan: Plan, model_key: str) -> dict[int, int]:
-    """Insert a new job's planned shards, queued, in the caller's transaction. Returns shard id by index."""
+def enqueue(session: Session, *, job_id: int, spec: JobSpec, plan: Plan) -> dict[int, int]:
+    """Insert a new job's planned shards, queued, in the caller's transaction, each with the model key of
+    its variant's engine. Returns shard id by index."""
+    keys = {variant.name: spec.model_key(variant) for variant in spec.runs}
     session.execute(
         insert(Shard),
         [
@@ -87,8 +89,9 @@ def enqueue(session: Session, *, job_id: int, spec: JobSpec, plan: Plan, model_k
                 "attempts": 0,
                 "max_attempts": spec.max_attempts,
                 "trial_count": len(shard.trial_indices),
-                "model_key": model_key,
+                "model_key": keys[shard.variant],
                 "priority": spec.priority,
+                "variant": shard.variant,
             }
             for shard in plan.shards
         ],

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from posbias.schemas import EndpointReport, JobSpec, Question, RotationCostWarning, ShardSpec, Trial
+from posbias.schemas import BASELINE, EndpointReport, JobSpec, Question, RotationCostWarning, ShardSpec, Trial
 from posbias.service import costs, tables
 from posbias.service.database import IN_CHUNK, Database
 
@@ -30,10 +30,12 @@ def shard_spec(
     trials: Sequence[Trial],
     questions: Mapping[str, Question],
     endpoint: EndpointReport | None = None,
+    variant: str = BASELINE,
 ) -> ShardSpec:
-    """The self-contained unit of work for `trials`: the job's model, engine and prompt settings, plus every
-    question the trials use (and no other); for a served job with a cost guard, the shard's share of it
-    (from the job's `endpoint` report)."""
+    """The self-contained unit of work for `trials`: the job's model, engine and prompt settings under
+    `variant`, plus every question the trials use (and no other); for a served job with a cost guard, the
+    shard's share of it (from the job's `endpoint` report)."""
+    run = spec.variant(variant)
     used: dict[str, Question] = {}
     for trial in trials:
         for qid in trial.question_ids:
@@ -46,9 +48,10 @@ def shard_spec(
         model=spec.model,
         revision=spec.revision,
         tokenizer=spec.tokenizer,
-        model_key=spec.model_key(),
+        model_key=spec.model_key(run),
         engine=spec.engine,
-        fake=spec.fake,
+        variant=run,
+        fake=spec.fake_for(run),
         answer_mode=spec.answer_mode,
         prompt=spec.prompt,
         chat_template=spec.chat_template,
@@ -91,7 +94,11 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
     shard = tables.Shard
     job = tables.Job
     with db.read() as session:
-        job_of = dict(session.execute(select(shard.id, shard.job_id).where(shard.id.in_(shard_ids))).all())
+        rows = session.execute(select(shard.id, shard.job_id, shard.variant).where(shard.id.in_(shard_ids)))
+        job_of: dict[int, int] = {}
+        variant_of: dict[int, str] = {}
+        for shard_id, job_id, variant in rows:
+            job_of[shard_id], variant_of[shard_id] = job_id, variant
         specs: dict[int, JobSpec] = {}
         endpoints: dict[int, EndpointReport] = {}
         for job_id, spec, endpoint in session.execute(
@@ -101,7 +108,16 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
             if endpoint is not None:
                 endpoints[job_id] = EndpointReport.model_validate(endpoint)
         trials: dict[int, list[Trial]] = {shard_id: [] for shard_id in shard_ids}
-        for shard_id, index, batch_size, iteration, question_ids, choice_orders, rotation in session.execute(
+        for (
+            shard_id,
+            index,
+            batch_size,
+            iteration,
+            question_ids,
+            choice_orders,
+            rotation,
+            variant,
+        ) in session.execute(
             select(
                 trial.shard_id,
                 trial.index,
@@ -110,6 +126,7 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
                 trial.question_ids,
                 trial.choice_orders,
                 trial.rotation,
+                trial.variant,
             )
             .where(trial.shard_id.in_(shard_ids))
             .order_by(trial.shard_id, trial.index)
@@ -124,6 +141,7 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
                     if choice_orders is None
                     else tuple(tuple(order) for order in choice_orders),
                     rotation=rotation,
+                    variant=variant,
                 )
             )
         questions = _question_cache(db)
@@ -153,6 +171,7 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
             trials=trials[shard_id],
             questions=questions,
             endpoint=endpoints.get(job_of[shard_id]),
+            variant=variant_of[shard_id],
         )
         for shard_id in shard_ids
     }

@@ -10,6 +10,7 @@ hundred rows however many results there are.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -20,11 +21,20 @@ import sqlalchemy as sa
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from posbias.schemas import ModelInfo, NotFoundError, ParseStatus, QuestionResult, ShardResult, TrialStatus
+from posbias.schemas import (
+    BASELINE,
+    LayerConfig,
+    ModelInfo,
+    NotFoundError,
+    ParseStatus,
+    QuestionResult,
+    ShardResult,
+    TrialStatus,
+)
 from posbias.service import jobs, tables
 from posbias.service.analysis import DistanceRow, ResultRow, TrialData, TrialRow
 from posbias.service.database import IN_CHUNK, Database, dialect_insert
-from posbias.service.tables import CurvePoint, Job, Model, Result, Trial
+from posbias.service.tables import CurvePoint, Job, JobVariant, Model, Result, Trial
 
 # Columns of `results` in the order both bulk paths write them, with the PostgreSQL types binary COPY sends
 # (JSON goes as text: its binary form is its text).
@@ -32,6 +42,7 @@ RESULT_COLUMNS = {
     "trial_id": "int8",
     "job_id": "int8",
     "batch_size": "int4",
+    "variant": "text",
     # From here to gold_prob: QuestionResult's fields of the same names, read in one go by _RESULT_FIELDS.
     "position": "int4",
     "question_id": "text",
@@ -47,7 +58,7 @@ RESULT_COLUMNS = {
     "parse_status": "text",
     "option_probs": "text",
 }
-_RESULT_FIELDS = attrgetter(*list(RESULT_COLUMNS)[3:-2])
+_RESULT_FIELDS = attrgetter(*list(RESULT_COLUMNS)[4:-2])
 # JSON arrays of n probabilities to 8 significant digits: three times faster than json.dumps, whose float
 # formatting was the largest cost of ingest per row.
 _PROBS_JSON = {n: "[" + ",".join(["%.8g"] * n) + "]" for n in range(1, 33)}
@@ -55,7 +66,8 @@ _PROBS_JSON = {n: "[" + ",".join(["%.8g"] * n) + "]" for n in range(1, 33)}
 
 def write_results(session: Session, results: Mapping[int, ShardResult], *, now: datetime) -> None:
     """Move the results of shards (by shard id) into the store, in the caller's transaction: trial
-    outcomes, result rows, the curve totals, and each job's model and engine (first write wins).
+    outcomes, result rows, the curve totals, and each job's (and each of its variants') model and engine
+    (first write wins).
 
     The queue calls this from `queue.complete` once it has locked the shards and checked their leases;
     marking them done is the queue's. Raises `ValueError` when a result does not match its shard's trials.
@@ -79,11 +91,25 @@ def write_results(session: Session, results: Mapping[int, ShardResult], *, now: 
     locked = {
         job_id: jobs.locked_job(session, job_id) for job_id in sorted({r.job_id for r in results.values()})
     }
-    for result in results.values():
+    unrecorded: set[tuple[int, str]] = {
+        (job_id, variant)
+        for job_id, variant in session.execute(
+            select(JobVariant.job_id, JobVariant.variant).where(
+                JobVariant.job_id.in_(sorted(locked)), JobVariant.model_id.is_(None)
+            )
+        )
+    }
+    for shard_id, result in results.items():
         job = locked[result.job_id]
-        if job.model_id is None:
-            job.model_id = _model_id(session, result.model, now=now)
-            job.engine = result.engine.model_dump(mode="json")
+        variant = next(iter(trials[shard_id].values())).variant if trials[shard_id] else BASELINE
+        if job.model_id is None or (job.id, variant) in unrecorded:
+            model_id = _model_id(session, result.model, now=now)
+            if job.model_id is None:
+                job.model_id = model_id
+                job.engine = result.engine.model_dump(mode="json")
+            if (job.id, variant) in unrecorded:
+                _record_variant(session, job_id=job.id, variant=variant, result=result, model_id=model_id)
+                unrecorded.discard((job.id, variant))
     trial_ids = sorted(trial.id for shard_id in results for trial in trials[shard_id].values())
     session.execute(CURVE_UPSERT, {"trial_ids": trial_ids})
 
@@ -91,17 +117,45 @@ def write_results(session: Session, results: Mapping[int, ShardResult], *, now: 
 class _TrialRow(NamedTuple):
     id: int
     batch_size: int
+    variant: str
 
 
 def _trials_of(session: Session, shard_ids: Sequence[int]) -> dict[int, dict[int, _TrialRow]]:
     """The trials of each shard, by trial index."""
     found: dict[int, dict[int, _TrialRow]] = {shard_id: {} for shard_id in shard_ids}
     rows = session.execute(
-        select(Trial.shard_id, Trial.index, Trial.id, Trial.batch_size).where(Trial.shard_id.in_(shard_ids))
+        select(Trial.shard_id, Trial.index, Trial.id, Trial.batch_size, Trial.variant).where(
+            Trial.shard_id.in_(shard_ids)
+        )
     )
-    for shard_id, index, trial_id, batch_size in rows:
-        found[shard_id][index] = _TrialRow(trial_id, batch_size)
+    for shard_id, index, trial_id, batch_size, variant in rows:
+        found[shard_id][index] = _TrialRow(trial_id, batch_size, variant)
     return found
+
+
+def _record_variant(
+    session: Session, *, job_id: int, variant: str, result: ShardResult, model_id: int
+) -> None:
+    """The first result of a job's variant records what its engine built."""
+    layers = result.model.layers
+    session.execute(
+        sa.update(JobVariant)
+        .where(JobVariant.job_id == job_id, JobVariant.variant == variant)
+        .values(
+            model_id=model_id,
+            engine=result.engine.model_dump(mode="json"),
+            built_layers=None if layers is None else layers.model_dump(mode="json"),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def overrides_key(overrides: Mapping[str, Any]) -> str:
+    """A short digest of a model's config changes; '' for none (the model as published)."""
+    if not overrides:
+        return ""
+    canonical = json.dumps(overrides, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def _check_matches(result: ShardResult, trials: dict[int, _TrialRow]) -> None:
@@ -121,25 +175,34 @@ def _check_matches(result: ShardResult, trials: dict[int, _TrialRow]) -> None:
 
 
 def _model_id(session: Session, info: ModelInfo, *, now: datetime) -> int:
-    """The id of the model row for `info`, inserting it on first sight (first write wins)."""
+    """The id of the model row for `info` (its name, revision and config changes), inserting it on first
+    sight (first write wins)."""
     revision = info.revision or ""
-    query = select(Model.id).where(Model.name == info.name, Model.revision == revision)
+    key = overrides_key(info.hf_overrides)
+    query = select(Model.id).where(
+        Model.name == info.name, Model.revision == revision, Model.overrides_key == key
+    )
     found = session.scalar(query)
     if found is not None:
         return found
-    values = info.model_dump(exclude={"sliding_window_layers"})
+    values = info.model_dump(exclude={"sliding_window_layers", "hf_overrides", "layers"})
+    layers = info.layers
     values.update(
         revision=revision,
         created_at=now,
         sliding_window_layers=None
         if info.sliding_window_layers is None
         else list(info.sliding_window_layers),
+        overrides=info.hf_overrides,
+        overrides_key=key,
+        layer_windows=None if layers is None else list(layers.windows),
+        layer_rope_theta=None if layers is None else list(layers.rope_theta),
     )
     dialect = session.get_bind().dialect.name
     session.execute(
         dialect_insert(dialect, Model)
         .values(**values)
-        .on_conflict_do_nothing(index_elements=["name", "revision"])
+        .on_conflict_do_nothing(index_elements=["name", "revision", "overrides_key"])
     )
     model_id = session.scalar(query)
     assert model_id is not None
@@ -187,7 +250,15 @@ def _result_row(r: QuestionResult, trial: _TrialRow, *, job_id: int) -> tuple[An
     if probs is not None:
         template = _PROBS_JSON.get(len(probs))
         probs_json = template % probs if template else json.dumps(probs)
-    return (trial.id, job_id, trial.batch_size, *_RESULT_FIELDS(r), r.parse_status.value, probs_json)
+    return (
+        trial.id,
+        job_id,
+        trial.batch_size,
+        trial.variant,
+        *_RESULT_FIELDS(r),
+        r.parse_status.value,
+        probs_json,
+    )
 
 
 def _insert_results(session: Session, rows: list[tuple[Any, ...]]) -> None:
@@ -209,23 +280,23 @@ def _insert_results(session: Session, rows: list[tuple[Any, ...]]) -> None:
         driver.executemany(f"INSERT INTO results ({columns}) VALUES ({marks})", rows)
 
 
-# The shard's just-written results, totalled per (batch size, position) by the database and added to the
-# job's running totals. Portable: PostgreSQL and SQLite (3.24+) share this upsert syntax (SQLite needs the
+# The shard's just-written results, totalled per (variant, batch size, position) by the database and added to
+# the job's running totals. Portable: PostgreSQL and SQLite (3.24+) share this upsert syntax (SQLite needs the
 # WHERE to tell the SELECT from the ON CONFLICT). Ordered, so concurrent writers lock the rows in one order.
 CURVE_UPSERT = sa.text(
     """
     INSERT INTO curve_points
-        (job_id, batch_size, position, n, n_correct, n_parsed, gold_prob_sum, n_gold_prob)
-    SELECT job_id, batch_size, position, count(*),
+        (job_id, variant, batch_size, position, n, n_correct, n_parsed, gold_prob_sum, n_gold_prob)
+    SELECT job_id, variant, batch_size, position, count(*),
         sum(CASE WHEN correct THEN 1 ELSE 0 END),
         sum(CASE WHEN parse_status = 'ok' THEN 1 ELSE 0 END),
         coalesce(sum(gold_prob), 0.0),
         count(gold_prob)
     FROM results
     WHERE trial_id IN :trial_ids
-    GROUP BY job_id, batch_size, position
-    ORDER BY job_id, batch_size, position
-    ON CONFLICT (job_id, batch_size, position) DO UPDATE SET
+    GROUP BY job_id, variant, batch_size, position
+    ORDER BY job_id, variant, batch_size, position
+    ON CONFLICT (job_id, variant, batch_size, position) DO UPDATE SET
         n = curve_points.n + excluded.n,
         n_correct = curve_points.n_correct + excluded.n_correct,
         n_parsed = curve_points.n_parsed + excluded.n_parsed,
@@ -245,17 +316,44 @@ def matching_jobs(
     revision: str | None = None,
     batch_size: int | None = None,
     job_id: int | None = None,
+    variant: str | None = None,
 ) -> list[int]:
     """Ids of the jobs with results that match: of `model` (any revision unless `revision` is given), or
-    job `job_id`, and with results at `batch_size` when given."""
+    job `job_id`, and with results at `batch_size` and of `variant` when given."""
     query = select(CurvePoint.job_id).join(Job, Job.id == CurvePoint.job_id).distinct()
-    query = _filter_jobs(query, model=model, revision=revision, batch_size=batch_size, job_id=job_id)
+    query = _filter_jobs(
+        query, model=model, revision=revision, batch_size=batch_size, job_id=job_id, variant=variant
+    )
     with db.read() as session:
         return sorted(session.scalars(query))
 
 
+def variants_of(db: Database, *, job_ids: Collection[int], batch_size: int | None = None) -> list[str]:
+    """The variants with results among `job_ids` (at `batch_size` when given): the baseline first, then
+    the others in the order their jobs list them."""
+    ids = sorted(set(job_ids))
+    query = select(CurvePoint.variant).where(CurvePoint.job_id.in_(ids)).distinct()
+    if batch_size is not None:
+        query = query.where(CurvePoint.batch_size == batch_size)
+    with db.read() as session:
+        found = set(session.scalars(query))
+        order = session.execute(
+            select(JobVariant.variant, func.min(JobVariant.ordinal))
+            .where(JobVariant.job_id.in_(ids))
+            .group_by(JobVariant.variant)
+        ).all()
+    rank = {name: ordinal for name, ordinal in order}
+    return sorted(found, key=lambda name: (name != BASELINE, rank.get(name, len(rank)), name))
+
+
 def _filter_jobs(
-    query: Any, *, model: str | None, revision: str | None, batch_size: int | None, job_id: int | None
+    query: Any,
+    *,
+    model: str | None,
+    revision: str | None,
+    batch_size: int | None,
+    job_id: int | None,
+    variant: str | None = None,
 ) -> Any:
     if model is None and job_id is None:
         raise ValueError("name a model or a job")
@@ -267,6 +365,8 @@ def _filter_jobs(
         query = query.where(Job.id == job_id)
     if batch_size is not None:
         query = query.where(CurvePoint.batch_size == batch_size)
+    if variant is not None:
+        query = query.where(CurvePoint.variant == variant)
     return query
 
 
@@ -289,9 +389,10 @@ def curve_counts(
     revision: str | None = None,
     batch_size: int | None = None,
     job_id: int | None = None,
+    variant: str | None = BASELINE,
 ) -> list[PositionCount]:
-    """Counts per (batch size, position), summed over the matching jobs (see `matching_jobs`), in order.
-    Read from the `curve_points` totals, not from the results."""
+    """Counts per (batch size, position) of `variant`, summed over the matching jobs (see
+    `matching_jobs`), in order. Read from the `curve_points` totals, not from the results."""
     columns = (
         CurvePoint.n,
         CurvePoint.n_correct,
@@ -305,7 +406,9 @@ def curve_counts(
         .group_by(CurvePoint.batch_size, CurvePoint.position)
         .order_by(CurvePoint.batch_size, CurvePoint.position)
     )
-    query = _filter_jobs(query, model=model, revision=revision, batch_size=batch_size, job_id=job_id)
+    query = _filter_jobs(
+        query, model=model, revision=revision, batch_size=batch_size, job_id=job_id, variant=variant
+    )
     with db.read() as session:
         return [
             PositionCount(
@@ -321,17 +424,21 @@ def curve_counts(
         ]
 
 
-def batch_sizes(db: Database, *, job_ids: Collection[int]) -> list[int]:
-    """The batch sizes at which `job_ids` have results, in order."""
+def batch_sizes(db: Database, *, job_ids: Collection[int], variant: str | None = None) -> list[int]:
+    """The batch sizes at which `job_ids` have results (of `variant`, when given), in order."""
     query = select(CurvePoint.batch_size).where(CurvePoint.job_id.in_(sorted(set(job_ids)))).distinct()
+    if variant is not None:
+        query = query.where(CurvePoint.variant == variant)
     with db.read() as session:
         return sorted(session.scalars(query))
 
 
-def trial_data(db: Database, *, job_ids: Collection[int], batch_size: int) -> TrialData:
-    """Every answered trial of `job_ids` at `batch_size`, with its answers, as the analyses read them:
-    pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by sampled set
-    for jobs of the rotation design."""
+def trial_data(
+    db: Database, *, job_ids: Collection[int], batch_size: int, variant: str = BASELINE
+) -> TrialData:
+    """Every answered trial of `variant` of `job_ids` at `batch_size`, with its answers, as the analyses
+    read them: pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by
+    sampled set for jobs of the rotation design. Variants are never pooled: each is its own curve."""
     ids = sorted(set(job_ids))
     with db.read() as session:
         rotation = {
@@ -340,7 +447,12 @@ def trial_data(db: Database, *, job_ids: Collection[int], batch_size: int) -> Tr
         }
         trial_rows = session.execute(
             select(Trial.id, Trial.job_id, Trial.iteration, Trial.question_ids, Trial.choice_orders)
-            .where(Trial.job_id.in_(ids), Trial.batch_size == batch_size, Trial.status == TrialStatus.done)
+            .where(
+                Trial.job_id.in_(ids),
+                Trial.batch_size == batch_size,
+                Trial.variant == variant,
+                Trial.status == TrialStatus.done,
+            )
             .order_by(Trial.job_id, Trial.index)
         ).all()
         options = _option_counts(session, {qid for row in trial_rows for qid in row.question_ids})
@@ -350,7 +462,7 @@ def trial_data(db: Database, *, job_ids: Collection[int], batch_size: int) -> Tr
                 select(
                     Result.trial_id, Result.position, Result.parse_status, Result.correct, Result.gold_prob
                 )
-                .where(Result.job_id.in_(ids), Result.batch_size == batch_size)
+                .where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant)
                 .order_by(Result.trial_id, Result.position)
             )
         ]
@@ -393,13 +505,13 @@ def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
             if spec.get("design") == "rotation"
         }
         rows = session.execute(
-            select(Trial.id, Trial.job_id, Trial.batch_size, Trial.iteration)
+            select(Trial.id, Trial.job_id, Trial.variant, Trial.batch_size, Trial.iteration)
             .where(Trial.job_id.in_(ids))
             .order_by(Trial.id)
         ).all()
-    first: dict[tuple[int, int, int], int] = {}
+    first: dict[tuple[int, str, int, int], int] = {}
     return {
-        row.id: first.setdefault((row.job_id, row.batch_size, row.iteration), row.id)
+        row.id: first.setdefault((row.job_id, row.variant, row.batch_size, row.iteration), row.id)
         if row.job_id in rotation
         else row.id
         for row in rows
@@ -407,10 +519,11 @@ def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
 
 
 def token_distance_rows(
-    db: Database, *, job_ids: Collection[int], batch_size: int | None = None
+    db: Database, *, job_ids: Collection[int], batch_size: int | None = None, variant: str = BASELINE
 ) -> list[DistanceRow]:
-    """Per result of `job_ids` (at `batch_size` when given): its trial, token distance, whether it parsed
-    and is correct, and the gold option's probability; for curves by token distance instead of position."""
+    """Per result of `variant` of `job_ids` (at `batch_size` when given): its trial, token distance,
+    whether it parsed and is correct, and the gold option's probability; for curves by token distance
+    instead of position."""
     query = select(
         Result.trial_id,
         Result.batch_size,
@@ -418,7 +531,7 @@ def token_distance_rows(
         Result.parse_status == ParseStatus.ok,
         Result.correct,
         Result.gold_prob,
-    ).where(Result.job_id.in_(sorted(set(job_ids))))
+    ).where(Result.job_id.in_(sorted(set(job_ids))), Result.variant == variant)
     if batch_size is not None:
         query = query.where(Result.batch_size == batch_size)
     with db.read() as session:
@@ -426,9 +539,12 @@ def token_distance_rows(
 
 
 def list_models(db: Database) -> list[ModelInfo]:
-    """Every model that has results, with its architecture facts, by name and revision."""
+    """Every model that has results, with its architecture facts as built, by name and revision; a model
+    run with config changes (a variant) is a row of its own, after the model as published."""
     with db.read() as session:
-        models = session.scalars(select(Model).order_by(Model.name, Model.revision))
+        models = session.scalars(
+            select(Model).order_by(Model.name, Model.revision, Model.overrides_key, Model.id)
+        )
         return [
             ModelInfo(
                 name=m.name,
@@ -442,6 +558,10 @@ def list_models(db: Database) -> list[ModelInfo]:
                 rope_theta=m.rope_theta,
                 context_length=m.context_length,
                 num_parameters=m.num_parameters,
+                hf_overrides=m.overrides or {},
+                layers=None
+                if m.layer_windows is None or m.layer_rope_theta is None
+                else LayerConfig(windows=tuple(m.layer_windows), rope_theta=tuple(m.layer_rope_theta)),
             )
             for m in models
         ]
@@ -451,6 +571,7 @@ class ExportRow(NamedTuple):
     """One result as exported (CSV, Parquet): the result with its trial's coordinates."""
 
     job_id: int
+    variant: str
     trial_index: int
     batch_size: int
     iteration: int
@@ -487,6 +608,7 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
     query = (
         select(
             Result.job_id,
+            Result.variant,
             Trial.index,
             Result.batch_size,
             Trial.iteration,
@@ -515,6 +637,6 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
         result = session.execute(query)
         try:
             for row in result:
-                yield ExportRow._make((*row[:11], ParseStatus(row[11]).value, *row[12:]))
+                yield ExportRow._make((*row[:12], ParseStatus(row[12]).value, *row[13:]))
         finally:
             result.close()  # an export cut short closes its server-side cursor here, not at collection

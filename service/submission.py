@@ -71,6 +71,7 @@ def prepare(
     check_size(spec, settings=settings)
     if spec.engine.name is EngineName.vllm:
         check_model_source(spec.model)
+        spec = with_variants(spec, settings=settings)
     pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir)
     check_pool(spec, pool=pool)
     plan = planner.plan(spec, pool=pool, on_progress=on_progress)
@@ -85,7 +86,10 @@ def prepare(
         limits.append(stated)  # vLLM takes the tokenizer's limit too, when it is smaller
     limit = min((value for value in limits if value is not None), default=None)
     budgets = [value for value in (limit, spec.engine.max_model_len) if value is not None]
-    longest = context.longest_prompt(spec, plan, tokenizer=tokenizer, budget=min(budgets, default=None))
+    # Every variant has the same prompts: the first variant's are all there is to measure.
+    first = [trial for trial in plan.trials if trial.variant == spec.runs[0].name]
+    one = plan.model_copy(update={"trials": tuple(first)})
+    longest = context.longest_prompt(spec, one, tokenizer=tokenizer, budget=min(budgets, default=None))
     chosen = context.context_for(spec, longest=longest, model_limit=limit)
     if chosen.max_model_len != spec.engine.max_model_len:
         engine = spec.engine.model_copy(update={"max_model_len": chosen.max_model_len})
@@ -93,6 +97,19 @@ def prepare(
     return Prepared(
         spec=spec, pool=pool, plan=plan, context=chosen, tokenizer=tokenizer, tokenizer_source=how
     )
+
+
+def with_variants(spec: JobSpec, *, settings: Settings) -> JobSpec:
+    """`spec` with each variant's `hf_overrides` and expected layers filled in from the model's config (read
+    here: a folder, a GGUF file, or a hub model's config, downloaded when not cached). A spec with no
+    variant and no `engine.hf_overrides` needs no config and is returned as it is."""
+    if not spec.engine.hf_overrides and all(v.is_baseline for v in spec.runs):
+        return spec
+    from posbias.workers import variants
+
+    config = variants.read_config(spec.model, revision=spec.revision, cache_dir=settings.cache_dir)
+    resolved = variants.resolve(spec.runs, config, job_overrides=spec.engine.hf_overrides)
+    return spec.model_copy(update={"variants": resolved})
 
 
 def check_size(spec: JobSpec, *, settings: Settings) -> None:

@@ -33,10 +33,11 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from posbias.schemas import JobStatus, ParseStatus, ShardStatus, TrialStatus
+from posbias.schemas import BASELINE, JobStatus, ParseStatus, ShardStatus, TrialStatus
 from posbias.schemas.schedule import Announcement, BaselineKind, HubRevisions, ScheduleSource, Verdict
 
 # Named constraints: SQLite batch migrations recreate tables and can only drop constraints that have names.
@@ -90,11 +91,17 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UtcDateTime()}
 
 
+def _variant() -> Mapped[str]:
+    """A variant's name; rows written before variants existed are the baseline's."""
+    return mapped_column(String(64), default=BASELINE, server_default=BASELINE)
+
+
 class Model(Base):
-    """A model's architecture facts, written at the first result of a job that ran it."""
+    """A model's architecture facts, written at the first result of a job that ran it: one row per model,
+    revision and config changes (`overrides`), as the engine built it (first write wins)."""
 
     __tablename__ = "models"
-    __table_args__ = (UniqueConstraint("name", "revision"),)
+    __table_args__ = (UniqueConstraint("name", "revision", "overrides_key"),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     name: Mapped[str] = mapped_column(String(500))
@@ -108,6 +115,12 @@ class Model(Base):
     context_length: Mapped[int | None] = mapped_column(Integer)
     num_parameters: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime]
+    # The hf_overrides it was built with ({} as published) and their digest ('' for none), for the key.
+    overrides: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default=text("'{}'"))
+    overrides_key: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    # Per attention layer, as read back from the built model: window (null: global) and RoPE base.
+    layer_windows: Mapped[list[int | None] | None] = mapped_column(JSON)
+    layer_rope_theta: Mapped[list[float | None] | None] = mapped_column(JSON)
 
 
 class Job(Base):
@@ -168,9 +181,10 @@ class Shard(Base):
     finished_at: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(Text)
     trial_count: Mapped[int] = mapped_column(Integer)
-    # Copied from the job so the lease query needs no join.
+    # Copied from the job (and its variant's engine) so the lease query needs no join.
     model_key: Mapped[str] = mapped_column(String(64))
     priority: Mapped[int] = mapped_column(Integer)
+    variant: Mapped[str] = _variant()
 
 
 class Dispatcher(Base):
@@ -213,6 +227,25 @@ class Trial(Base):
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     output_tokens: Mapped[int | None] = mapped_column(Integer)
     output_text: Mapped[str | None] = mapped_column(Text)
+    variant: Mapped[str] = _variant()
+
+
+class JobVariant(Base):
+    """One variant of a job: what was asked of the engine (at submit) and what it built (at its first
+    result). A job without variants has one, `baseline`."""
+
+    __tablename__ = "job_variants"
+
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    model_key: Mapped[str] = mapped_column(String(64))
+    hf_overrides: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # A `LayerConfig`: what the variant asks vLLM to build (null: nothing checked), and what it built.
+    expected_layers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    built_layers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    model_id: Mapped[int | None] = mapped_column(Id, ForeignKey("models.id"))
+    engine: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Question(Base):
@@ -256,10 +289,11 @@ class Result(Base):
     token_distance: Mapped[int | None] = mapped_column(Integer)
     gold_prob: Mapped[float | None] = mapped_column(Double)
     option_probs: Mapped[list[float] | None] = mapped_column(JSON)
+    variant: Mapped[str] = _variant()
 
 
 class CurvePoint(Base):
-    """Running totals per (job, batch size, position), incremented as each shard is written.
+    """Running totals per (job, variant, batch size, position), incremented as each shard is written.
 
     `posbias curve` and the `position_curve` view read these instead of scanning `results`.
     """
@@ -267,6 +301,7 @@ class CurvePoint(Base):
     __tablename__ = "curve_points"
 
     job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True, server_default=BASELINE)
     batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
     n: Mapped[int] = mapped_column(Integer)

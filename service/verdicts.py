@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posbias.schemas import BASELINE
 from posbias.schemas.schedule import BatchSizeVerdict, PositionDrop, RegressionRule, ShiftChange, Verdict
 from posbias.service import store
 from posbias.service.analysis import BOOTSTRAP_RESAMPLES, Floats, TrialData, max_t_band, percentile
@@ -66,32 +67,49 @@ def blocks(batch_size: int) -> list[tuple[int, int]]:
 
 
 def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: RegressionRule) -> Outcome:
-    """Judge `candidate_job` against `baseline_job` at every batch size they share."""
-    base_sizes = set(store.batch_sizes(db, job_ids=[baseline_job]))
-    cand_sizes = set(store.batch_sizes(db, job_ids=[candidate_job]))
-    sizes = sorted(base_sizes & cand_sizes)
-    if not sizes:
+    """Judge `candidate_job` against `baseline_job` at every batch size they share, variant by variant (a
+    schedule whose template has variants watches each: a checkpoint's `global-only` against the baseline
+    checkpoint's `global-only`, and so on)."""
+    base_variants = store.variants_of(db, job_ids=[baseline_job])
+    cand_variants = set(store.variants_of(db, job_ids=[candidate_job]))
+    pairs = []
+    for variant in [v for v in base_variants if v in cand_variants]:
+        base_sizes = set(store.batch_sizes(db, job_ids=[baseline_job], variant=variant))
+        cand_sizes = set(store.batch_sizes(db, job_ids=[candidate_job], variant=variant))
+        pairs += [(variant, n) for n in sorted(base_sizes & cand_sizes)]
+    if not pairs:
         return Outcome(
             verdict=Verdict.inconclusive,
-            reason=f"no batch size in common: baseline job {baseline_job} has {sorted(base_sizes)}, "
-            f"candidate {sorted(cand_sizes)}",
+            reason=f"no batch size in common: baseline job {baseline_job} has "
+            f"{_shape(db, baseline_job)}, candidate {_shape(db, candidate_job)}",
             comparisons=0,
             batch_sizes=[],
         )
     data = {
-        n: (
-            store.trial_data(db, job_ids=[baseline_job], batch_size=n),
-            store.trial_data(db, job_ids=[candidate_job], batch_size=n),
+        (variant, n): (
+            store.trial_data(db, job_ids=[baseline_job], batch_size=n, variant=variant),
+            store.trial_data(db, job_ids=[candidate_job], batch_size=n, variant=variant),
         )
-        for n in sizes
+        for variant, n in pairs
     }
-    checks = [n for n in sizes if _usable(*data[n])]
+    checks = [pair for pair in pairs if _usable(*data[pair])]
     parts = (rule.max_drop is not None) + 1 + (rule.max_shift is not None)
     comparisons = max(1, len(checks) * parts)
     alpha = (1 - rule.confidence) / comparisons
-    verdicts = [judge(*data[n], rule=rule, alpha=alpha) for n in sizes]
+    verdicts = [
+        judge(*data[pair], rule=rule, alpha=alpha).model_copy(update={"variant": pair[0]}) for pair in pairs
+    ]
     verdict, reason = _overall(verdicts, rule=rule)
     return Outcome(verdict=verdict, reason=reason, comparisons=comparisons, batch_sizes=verdicts)
+
+
+def _shape(db: Database, job_id: int) -> str:
+    """A job's batch sizes per variant, for messages: `[1, 10]` or `baseline [1, 10], global-only [10]`."""
+    variants = store.variants_of(db, job_ids=[job_id])
+    sizes = {v: store.batch_sizes(db, job_ids=[job_id], variant=v) for v in variants}
+    if variants == [BASELINE]:
+        return str(sizes[BASELINE])
+    return ", ".join(f"{v} {sizes[v]}" for v in variants) or "no results"
 
 
 def _usable(base: TrialData, cand: TrialData) -> bool:
@@ -201,16 +219,17 @@ def _shift(base: Floats, cand: Floats, *, limit: float, alpha: float, df: int) -
 def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> tuple[Verdict, str]:
     fired = []
     for v in verdicts:
+        at = f"N={v.batch_size}" + (f" {v.variant}" if v.variant != BASELINE else "")
         if v.drop_flagged and v.worst_drop is not None:
             d = v.worst_drop
             fired.append(
-                f"N={v.batch_size} {d.where}: accuracy {_points(d.diff)} (at most {_points(d.upper)}, "
+                f"{at} {d.where}: accuracy {_points(d.diff)} (at most {_points(d.upper)}, "
                 f"simultaneous bound), limit -{rule.max_drop:g} points"
             )
         if v.shift is not None and v.shift.flagged:
             s = v.shift
             fired.append(
-                f"N={v.batch_size} last-minus-first {_points(s.baseline.estimate)} -> "
+                f"{at} last-minus-first {_points(s.baseline.estimate)} -> "
                 f"{_points(s.candidate.estimate)} (change {_points(s.change.low)} to "
                 f"{_points(s.change.high)}), "
                 f"limit {rule.max_shift:g} points"
@@ -218,7 +237,7 @@ def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> t
         if v.parse_flagged and v.parse_drop is not None:
             d = v.parse_drop
             fired.append(
-                f"N={v.batch_size} {d.where}: parse rate {_points(d.diff)} (at most {_points(d.upper)}), "
+                f"{at} {d.where}: parse rate {_points(d.diff)} (at most {_points(d.upper)}), "
                 f"limit -{rule.max_parse_drop:g} points"
             )
     if fired:
@@ -240,7 +259,8 @@ def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> t
     return (
         Verdict.passed,
         f"within the rule: no drop established; the data allow a drop of at most {allowed} at "
-        f"N={worst.batch_size} {drop.where} (simultaneous bound; estimate {_points(drop.diff)})",
+        f"N={worst.batch_size}{'' if worst.variant == BASELINE else ' ' + worst.variant} {drop.where} "
+        f"(simultaneous bound; estimate {_points(drop.diff)})",
     )
 
 

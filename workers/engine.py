@@ -154,8 +154,8 @@ class Engine(Protocol):
 
 
 def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
-    """The engine `spec` asks for: vLLM with the spec's model and options, an OpenAI-compatible endpoint,
-    or the fake engine.
+    """The engine `spec` asks for: vLLM with the spec's model, options and variant (a job spec's first), an
+    OpenAI-compatible endpoint, or the fake engine.
 
     A model that cannot be loaded raises `PosbiasError` whose message is the loader's error on one line
     (the dispatcher fails the job's shards with it).
@@ -163,14 +163,22 @@ def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
     if spec.engine.name is EngineName.fake:
         from posbias.workers.testing import FakeEngine
 
-        seed = spec.fake.seed if spec.fake.seed is not None else spec.seed
-        return FakeEngine(spec.fake, seed=seed, model=spec.model)
+        # A shard's `fake` carries its variant's changes already; a job spec's first variant is what runs.
+        fake = spec.fake if isinstance(spec, ShardSpec) else spec.fake_for(spec.runs[0])
+        seed = fake.seed if fake.seed is not None else spec.seed
+        return FakeEngine(fake, seed=seed, model=spec.model)
     if spec.engine.name is EngineName.openai:
         from posbias.workers.openai_engine import OpenAIEngine
 
         return OpenAIEngine(spec, config=config)
     from posbias.workers.vllm_engine import VllmEngine
 
+    variant = spec.variant if isinstance(spec, ShardSpec) else spec.runs[0]
     return VllmEngine(
-        spec.model, revision=spec.revision, tokenizer=spec.tokenizer, options=spec.engine, config=config
+        spec.model,
+        revision=spec.revision,
+        tokenizer=spec.tokenizer,
+        options=spec.engine,
+        variant=variant,
+        config=config,
     )

@@ -18,6 +18,12 @@ is the backend vLLM's selector would pick recorded, marked as a guess. The model
 (`language_model_only`): posbias sends token ids, so a multimodal checkpoint such as Gemma 3 4B+ loads no
 vision tower.
 
+A variant's config changes go to vLLM as `hf_overrides`, and the same extension reads back what every
+attention layer of the built model attends over (the window its attention kernel was given) and the base of
+its rotary embedding. A variant that states what it expects (every intervention does) and gets anything
+else is refused before it answers a prompt: overrides fail silently in the field (vLLM issue 49795, an
+all-full `layer_types` that left every layer sliding; 9490, a `rope_theta` not applied).
+
 vLLM is imported only when an engine is built, after its environment variables are set.
 """
 
@@ -37,12 +43,15 @@ from typing import Any
 from posbias.schemas import (
     EngineInfo,
     EngineOptions,
+    LayerConfig,
     ModelInfo,
     PosbiasError,
     RetryableError,
+    Variant,
     WorkerConfig,
     one_line,
 )
+from posbias.schemas.variant import merge_overrides
 from posbias.workers.engine import Encoding, Generation, GenerationRequest
 from posbias.workers.models import ResolvedModel, read_model_info, resolve_model
 
@@ -110,15 +119,22 @@ class VllmEngine:
         revision: str | None = None,
         tokenizer: str | None = None,
         options: EngineOptions | None = None,
+        variant: Variant | None = None,
         config: WorkerConfig,
     ) -> None:
-        """Load `model` (hub id, folder or .gguf file). Raises `PosbiasError` with the loader's error as
-        one line when the model cannot be resolved or loaded."""
+        """Load `model` (hub id, folder or .gguf file) with the config changes of `options` and `variant`.
+        Raises `PosbiasError` with the loader's error as one line when the model cannot be resolved or
+        loaded, and when vLLM built other layers than the variant expects (the engine is closed first)."""
         options = options or EngineOptions()
+        self._variant = variant
+        overrides = merge_overrides(options.hf_overrides, variant.hf_overrides if variant else {})
         self._resolved = resolve_model(
             model, revision=revision, tokenizer=tokenizer, cache_dir=config.cache_dir
         )
-        self._llm, device = _start_llm(self._resolved, options=options, config=config)
+        self._llm, device = _start_llm(self._resolved, options=options, config=config, hf_overrides=overrides)
+        self._layers = _built_layers(self._llm)
+        if variant is not None and variant.expect is not None:
+            self._refuse_unless_built(variant, expect=variant.expect)
         model_config = self._llm.llm_engine.model_config
         self._tokenizer = HfTokenizer(self._llm.get_tokenizer())
         self._max_model_len = int(model_config.max_model_len)
@@ -136,8 +152,31 @@ class VllmEngine:
             device=device,
         )
         weights = self._resolved.local_dir or _hub_snapshot(self._resolved.model, revision=revision)
-        self._model_info = read_model_info(
-            model_config.hf_config, name=model, revision=revision, weights_dir=weights
+        info = read_model_info(model_config.hf_config, name=model, revision=revision, weights_dir=weights)
+        built: dict[str, Any] = {"hf_overrides": overrides, "layers": self._layers}
+        if self._layers is not None:  # what the kernels run, not what the config says
+            built.update(
+                sliding_window=self._layers.sliding_window,
+                sliding_window_layers=self._layers.sliding_layers or None,
+                rope_theta=self._layers.global_rope_theta,
+                num_layers=info.num_layers or len(self._layers.windows),
+            )
+        self._model_info = info.model_copy(update=built)
+
+    def _refuse_unless_built(self, variant: Variant, *, expect: LayerConfig) -> None:
+        built = self._layers
+        if built is None:
+            problem = "its layers could not be read back from vLLM's workers, so it cannot be checked"
+        else:
+            differences = expect.differences(built)
+            if not differences:
+                return
+            problem = f"vLLM built {built.describe()}: " + "; ".join(differences)
+        self.close()
+        raise PosbiasError(
+            f"variant {variant.name} asked for {expect.describe()}, but {problem}. vLLM did not apply its "
+            "hf_overrides as asked; refusing to run it (set the change where this vLLM reads it, e.g. "
+            "rope_parameters rather than rope_theta, layer_types rather than a pattern)"
         )
 
     @property
@@ -159,6 +198,25 @@ class VllmEngine:
     def max_model_len(self) -> int:
         """Longest prompt plus output vLLM accepts for this model."""
         return self._max_model_len
+
+    @property
+    def layers(self) -> LayerConfig | None:
+        """Each attention layer's window and RoPE base as vLLM built them; None when they cannot be read."""
+        return self._layers
+
+    def prompt_logprobs(self, prompt_token_ids: Sequence[int]) -> list[float | None]:
+        """The log-probability the model gives each prompt token after the ones before it (None for the
+        first, which has no context): how the model reads a text, which is what a variant changes."""
+        from vllm import SamplingParams, TokensPrompt
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        [output] = self._llm.generate(
+            [TokensPrompt(prompt_token_ids=list(prompt_token_ids))], params, use_tqdm=False
+        )
+        found: list[float | None] = []
+        for token, entry in zip(prompt_token_ids, output.prompt_logprobs, strict=True):
+            found.append(None if entry is None else float(entry[token].logprob))
+        return found
 
     @property
     def resolved(self) -> ResolvedModel:
@@ -321,7 +379,9 @@ def _by_text(candidates: dict[int, Any]) -> dict[str, float]:
     return merged
 
 
-def _start_llm(resolved: ResolvedModel, *, options: EngineOptions, config: WorkerConfig) -> tuple[Any, str]:
+def _start_llm(
+    resolved: ResolvedModel, *, options: EngineOptions, config: WorkerConfig, hf_overrides: dict[str, Any]
+) -> tuple[Any, str]:
     from vllm.platforms import current_platform
 
     on_cpu = current_platform.is_cpu()
@@ -341,6 +401,8 @@ def _start_llm(resolved: ResolvedModel, *, options: EngineOptions, config: Worke
     # Workers report what they run by method name (see AttentionReport); token ids only, so no vision tower.
     kwargs["worker_extension_cls"] = _EXTENSION
     kwargs["language_model_only"] = True
+    if hf_overrides:
+        kwargs["hf_overrides"] = hf_overrides
     if on_cpu:
         kwargs["distributed_executor_backend"] = "uni"
         kwargs["enforce_eager"] = True
@@ -486,6 +548,32 @@ class AttentionReport:
             )
         return layers
 
+    def posbias_layer_config(self) -> list[list[Any]]:
+        """`[layer name, window the layer holds, window its attention kernel was given, RoPE base]` for each
+        attention layer of this worker's model, in the model's order. The kernel's window is read as its
+        backend stores it (an int, -1 for none, on CPU; `(left, right)` with left = window - 1 on GPUs); the
+        RoPE base is the `base` of the rotary embedding beside the layer (None when there is none)."""
+        model = self.get_model()  # type: ignore[attr-defined]
+        rows: list[list[Any]] = []
+        for name, module in model.named_modules():
+            if not callable(getattr(module, "get_attn_backend", None)) or not hasattr(
+                module, "sliding_window"
+            ):
+                continue
+            parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+            rotary = getattr(parent, "rotary_emb", None)
+            base = getattr(rotary, "base", None)
+            kernel = getattr(getattr(module, "impl", None), "sliding_window", None)
+            rows.append(
+                [
+                    name,
+                    module.sliding_window,
+                    list(kernel) if isinstance(kernel, tuple) else kernel,
+                    float(base) if isinstance(base, int | float) else None,
+                ]
+            )
+        return rows
+
 
 @dataclass(frozen=True)
 class Attention:
@@ -517,6 +605,29 @@ def _attention(llm: Any) -> Attention:
     except Exception as exc:  # a vLLM without worker extensions, or a worker that cannot answer
         log.warning("vLLM's workers did not report their attention backends (%s)", one_line(exc, typed=True))
     return Attention(backend=_selected_backend(llm), layers=None, flash_attn_version=None, guessed=True)
+
+
+def _built_layers(llm: Any) -> LayerConfig | None:
+    """What the first worker's model attends over, layer by layer; None when its workers cannot say."""
+    try:
+        rows = llm.collective_rpc("posbias_layer_config")[0]
+    except Exception as exc:  # a vLLM without worker extensions, or a worker that cannot answer
+        log.warning("vLLM's workers did not report their layers (%s)", one_line(exc, typed=True))
+        return None
+    if not rows:
+        return None
+    windows = tuple(_window(kernel, held=held) for _, held, kernel, _ in rows)
+    return LayerConfig(windows=windows, rope_theta=tuple(row[3] for row in rows))
+
+
+def _window(kernel: Any, *, held: Any) -> int | None:
+    """The window in tokens a layer's attention kernel was given (None: global); the layer's own when the
+    kernel stores none that can be read."""
+    if isinstance(kernel, int) and not isinstance(kernel, bool):
+        return None if kernel < 0 else kernel
+    if isinstance(kernel, list) and kernel and isinstance(kernel[0], int):
+        return None if kernel[0] < 0 else kernel[0] + 1
+    return int(held) if isinstance(held, int) and held > 0 else None
 
 
 def _selected_backend(llm: Any) -> str | None:

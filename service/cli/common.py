@@ -4,14 +4,14 @@ JSON output, and how numbers are written."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from posbias.schemas import PosbiasError
+from posbias.schemas import LayerConfig, PosbiasError
 from posbias.schemas.job import INT64_MAX, MAX_BATCH_SIZE
 from posbias.service import database
 from posbias.service.database import Database
@@ -75,3 +75,12 @@ def pp(value: float | None) -> str:
 def text(value: object) -> str:
     """A value for a table cell; empty when None."""
     return "" if value is None else str(value)
+
+
+def describe_variant(expect: LayerConfig | None, *, fake: Mapping[str, Any] | None = None) -> str:
+    """What a variant asks, in words: the layers it expects vLLM to build, or its fake engine's changes."""
+    if expect is not None:
+        return expect.describe()
+    if fake:
+        return "fake engine with " + ", ".join(f"{key} {value}" for key, value in fake.items())
+    return "the model as published (recorded, not checked)"

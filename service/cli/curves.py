@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 import posbias.api as api
-from posbias.schemas import Comparison, Curve, CurveAxis, CurveQuery
+from posbias.schemas import BASELINE, Comparison, Curve, CurveAxis, CurveQuery
 from posbias.schemas.job import MAX_BATCH_SIZE
 from posbias.service.cli.common import (
     ID_MAX,
@@ -43,10 +43,16 @@ def curve(
     job: Annotated[
         int | None, typer.Option(help="One job (default: every job of the model).", min=1, max=ID_MAX)
     ] = None,
+    variant: Annotated[
+        str | None,
+        typer.Option(help="One variant, e.g. global-only (default: each variant, a curve of its own)."),
+    ] = None,
     by: Annotated[CurveAxis, typer.Option(help="position, or token-distance (binned).")] = CurveAxis.position,
     bin_width: Annotated[int, typer.Option(help="Token-distance bin width.", min=1, max=10_000_000)] = 256,
     output_format: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
-    plot: Annotated[Path | None, typer.Option(help="Also write a PNG: one line per batch size.")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Also write a PNG: one line per batch size (and variant, overlaid).")
+    ] = None,
     band: Annotated[
         bool, typer.Option("--band", help="Also show the simultaneous 95% band over all positions.")
     ] = False,
@@ -56,7 +62,8 @@ def curve(
     last-minus-first contrast, the last/first ratio (when the first is bounded away from zero), the slope
     (clustered, difficulty adjusted) and the p-value of "no position effect". --band adds the simultaneous
     95% band (it holds at every position at once). Intervals treat a trial (or, under rotation, a sampled
-    set) as one cluster; pooled jobs count each distinct trial once.
+    set) as one cluster; pooled jobs count each distinct trial once. A job's variants are curves of their
+    own, never pooled (--variant picks one).
 
     Example: posbias curve --model google/gemma-2-2b-it --batch-size 50 --plot curve.png
     """
@@ -64,7 +71,7 @@ def curve(
         raise BadUsage(f"--format must be table, csv or json (got {output_format!r})")
     if job is None and model is None:
         raise BadUsage("name a model (--model) or a job (--job)")
-    query = CurveQuery(model=model, revision=revision, batch_size=batch_size, job_id=job)
+    query = CurveQuery(model=model, revision=revision, batch_size=batch_size, job_id=job, variant=variant)
     curves = api.curves(query, settings=settings_of(ctx), by=by, bin_width=bin_width)
     if plot is not None:
         from posbias.service.plot import plot_curves
@@ -88,6 +95,7 @@ def _write_curve_csv(curves: list[Curve]) -> None:
         [
             "model",
             "revision",
+            "variant",
             "batch_size",
             x,
             "n",
@@ -109,6 +117,7 @@ def _write_curve_csv(curves: list[Curve]) -> None:
                 [
                     c.model,
                     c.revision or "",
+                    c.variant,
                     c.batch_size,
                     p.position if c.by == "position" else num(p.x),
                     p.n,
@@ -130,8 +139,10 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
     """A curve as a table, with its summaries below it."""
     axis = "position" if c.by == "position" else "tokens (bin centre)"
     jobs = ",".join(map(str, c.job_ids))
+    variant = f" [{c.variant}]" if c.variant != BASELINE else ""
     table = Table(
-        title=f"{c.model}{'@' + c.revision if c.revision else ''} - batch size {c.batch_size} (jobs {jobs})"
+        title=f"{c.model}{'@' + c.revision if c.revision else ''}{variant} - batch size {c.batch_size} "
+        f"(jobs {jobs})"
     )
     columns = [axis, "n", "accuracy", "95% CI (pointwise)"]
     if band:
@@ -181,7 +192,7 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
 
 
 def _operand(text: str) -> int | str:
-    """A `compare` operand: a job id, or a model name."""
+    """A `compare` operand: a job id, a job and one of its variants (`3:global-only`), or a model name."""
     # isdecimal and isascii: `³` and `٣` pass isdigit() but are not job ids.
     if text.isascii() and text.isdecimal():
         if not 1 <= int(text) <= ID_MAX:
@@ -192,8 +203,12 @@ def _operand(text: str) -> int | str:
 
 def compare(
     ctx: typer.Context,
-    a: Annotated[str, typer.Argument(help="Baseline: a job id or a model name.")],
-    b: Annotated[str, typer.Argument(help="Candidate: a job id or a model name.")],
+    a: Annotated[
+        str, typer.Argument(help="Baseline: a job id, JOB:VARIANT (e.g. 3:baseline) or a model name.")
+    ],
+    b: Annotated[
+        str, typer.Argument(help="Candidate: a job id, JOB:VARIANT (e.g. 3:global-only) or a model name.")
+    ],
     batch_size: Annotated[
         int | None, typer.Option(help="Batch size to compare (needed if several).", min=1, max=MAX_BATCH_SIZE)
     ] = None,
@@ -202,9 +217,9 @@ def compare(
     """Difference in accuracy (B - A, among parsed answers) at every position: pointwise 95% interval,
     simultaneous 95% band, and `*` only where the band excludes zero. Trials of A and B that show the same
     questions at the same positions are compared paired (with McNemar's exact test per position); the
-    output says how many matched.
+    output says how many matched. Two variants of one job answer the same trials, so they pair fully.
 
-    Example: posbias compare 3 7 --batch-size 50
+    Example: posbias compare 3 7 --batch-size 50; posbias compare 3:baseline 3:global-only
     """
     comparison = api.compare(_operand(a), _operand(b), settings=settings_of(ctx), batch_size=batch_size)
     if as_json:

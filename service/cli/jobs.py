@@ -8,8 +8,8 @@ import typer
 from rich.table import Table
 
 import posbias.api as api
-from posbias.schemas import JobRecord
-from posbias.service.cli.common import ID_MAX, JobArg, JsonOpt, out, print_json, settings_of
+from posbias.schemas import BASELINE, JobRecord
+from posbias.service.cli.common import ID_MAX, JobArg, JsonOpt, describe_variant, out, print_json, settings_of
 
 
 def register(app: typer.Typer) -> None:
@@ -69,6 +69,7 @@ def status(
                 "lease_expires_at": s.lease_expires_at,
                 "trials": s.trial_count,
                 "last_error": s.last_error,
+                "variant": s.variant,
             }
             for s in shards
         ]
@@ -90,12 +91,21 @@ def status(
             f"{m.constraint.value}, option probabilities {'yes' if m.option_probs else 'no'}, token offsets "
             f"{m.token_offsets.value}"
         )
+    several = len(record.variants) > 1 or any(v.name != BASELINE for v in record.variants)
+    for v in record.variants if several else ():
+        fake = record.spec.variant(v.name).fake if v.name in record.spec.names else {}
+        built = f"; built: {v.built.describe()}" if v.built is not None else ""
+        out.print(f"variant {v.name}: asked {describe_variant(v.expected, fake=fake)}{built}")
     table = Table()
-    for column in ("shard", "status", "failed", "lapsed", "trials", "lease owner", "last error"):
+    columns = ["shard", "status", "failed", "lapsed", "trials", "lease owner", "last error"]
+    if several:
+        columns.insert(1, "variant")
+    for column in columns:
         table.add_column(column)
     for s in shards:
         table.add_row(
             str(s.index),
+            *([s.variant] if several else []),
             s.status.value,
             f"{s.attempts}/{s.max_attempts}",
             str(s.lapses),
@@ -126,6 +136,7 @@ def _job_json(job: JobRecord) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key,
         "engine": job.engine.model_dump(mode="json") if job.engine else None,
         "endpoint": job.endpoint.model_dump(mode="json") if job.endpoint else None,
+        "variants": [v.model_dump(mode="json") for v in job.variants],
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 from rich.table import Table
 
@@ -15,7 +17,8 @@ def register(app: typer.Typer) -> None:
 
 
 def models(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """Stored model metadata: layers, sliding window and which layers use it, RoPE base, context.
+    """Stored model metadata: layers, sliding window and which layers use it, RoPE base, context. A model
+    run with config changes (a job's variant) has a row of its own, as vLLM built it.
 
     Example: posbias models --json
     """
@@ -34,6 +37,7 @@ def models(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         "RoPE base",
         "context",
         "parameters",
+        "config changes",
     ):
         table.add_column(column)
     for m in found:
@@ -48,5 +52,6 @@ def models(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             text(m.rope_theta),
             text(m.context_length),
             f"{m.num_parameters:,}" if m.num_parameters else "",
+            json.dumps(m.hf_overrides, separators=(",", ":"))[:80] if m.hf_overrides else "",
         )
     out.print(table if found else "no models yet: they are recorded when a job's first results arrive")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -35,9 +36,19 @@ from posbias.schemas import (
     ShardResult,
     Submitted,
 )
-from posbias.service.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
+from posbias.schemas.variant import merge_overrides
+from posbias.service.cli.common import (
+    BadUsage,
+    JsonOpt,
+    describe_variant,
+    err,
+    out,
+    print_json,
+    settings_of,
+)
 from posbias.service.cli.curves import print_curve
 from posbias.service.datasets import looks_local
+from posbias.workers.variants import unverified_keys
 
 
 def register(app: typer.Typer) -> None:
@@ -136,6 +147,24 @@ OptionProbsOpt = Annotated[
 FakeFirstOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the first position.")]
 FakeLastOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the last position.")]
 FakeMalformedOpt = Annotated[float | None, typer.Option(help="Fake engine: rate of unparseable lines.")]
+VariantOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--variant",
+        help="Run the model under this engine configuration too, on the same trials; repeat for several: "
+        "baseline, global-only, window:<tokens>, pattern:<local>:<global>, rope-base:<value>, "
+        "rope-base:x<factor>, or NAME={json hf_overrides}.",
+        show_default=False,
+    ),
+]
+HfOverridesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Config changes for every variant, as vLLM's hf_overrides (JSON), e.g. "
+        "'{\"final_logit_softcapping\": null}'.",
+        show_default=False,
+    ),
+]
 KeyOpt = Annotated[
     str | None,
     typer.Option(help="Submitting again with the same key returns the same job instead of a new one."),
@@ -177,8 +206,12 @@ def _build_spec(
     max_retries: int | None = None,
     max_job_tokens: int | None = None,
     option_probs: bool | None = None,
+    variant: list[str] | None = None,
+    hf_overrides: str | None = None,
 ) -> tuple[JobSpec, list[str]]:
     overrides: dict[str, Any] = {}
+    if variant:
+        overrides["variants"] = [_variant_flag(text) for text in variant]
     top = {
         "model": model,
         "revision": revision,
@@ -216,6 +249,7 @@ def _build_spec(
         "max_retries": max_retries,
         "max_job_tokens": max_job_tokens,
         "option_probs": option_probs,
+        "hf_overrides": None if hf_overrides is None else _json_mapping(hf_overrides, flag="--hf-overrides"),
     }
     fake = {"first": fake_first, "last": fake_last, "malformed": fake_malformed}
     for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake)):
@@ -238,6 +272,26 @@ def _build_spec(
     except PosbiasError as exc:
         raise BadUsage(str(exc)) from None
     return spec, [str(warning.message) for warning in caught]
+
+
+def _variant_flag(text: str) -> str | dict[str, Any]:
+    """`--variant NAME` (a named one) or `--variant NAME={json}` (a raw hf_overrides mapping)."""
+    name, equals, raw = text.partition("=")
+    if not equals:
+        return text
+    return {"name": name, "hf_overrides": _json_mapping(raw, flag=f"--variant {name}=")}
+
+
+def _json_mapping(text: str, *, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadUsage(
+            f"{flag} takes a JSON mapping, e.g. '{{\"sliding_window\": 512}}': {exc.msg}"
+        ) from None
+    if not isinstance(value, dict):
+        raise BadUsage(f"{flag} takes a JSON mapping, e.g. '{{\"sliding_window\": 512}}'")
+    return value
 
 
 SPEC_FLAGS: dict[str, Any] = {
@@ -274,6 +328,8 @@ SPEC_FLAGS: dict[str, Any] = {
     "max_retries": RetriesOpt,
     "max_job_tokens": JobTokensOpt,
     "option_probs": OptionProbsOpt,
+    "variant": VariantOpt,
+    "hf_overrides": HfOverridesOpt,
 }
 """Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
 
@@ -367,6 +423,14 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
         )
     out.print(table)
     out.print(f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer})")
+    if dry.spec.variants:
+        out.print(f"{len(dry.spec.variants)} variants, each answering every trial:")
+        for v in dry.spec.variants:
+            asked = describe_variant(v.expect, fake=v.fake)
+            # Only windows and RoPE bases are read back from the built model; say which changes are not.
+            unchecked = unverified_keys(merge_overrides(dry.spec.engine.hf_overrides, v.hf_overrides))
+            note = f" (not checked after loading: {', '.join(unchecked)})" if unchecked else ""
+            out.print(f"  {v.name}: {asked}{note}")
     if dry.max_model_len is not None:
         own = f"{dry.model_context:,}" if dry.model_context is not None else "not known here"
         out.print(f"engine context: {dry.max_model_len:,} tokens (the model's own: {own})")

@@ -2,9 +2,9 @@
 
 `build_tiny_model` writes a complete Hugging Face model folder (config, safetensors weights, a fast tokenizer
 with a chat template) in a few seconds, with no download. The weights are random, so the answers are noise;
-what is real is everything around them: the architecture (Gemma 2's alternating sliding window, Llama's
-full attention), prompt lengths in the thousands of tokens, chat templates, constrained decoding and option
-log-probabilities.
+what is real is everything around them: the architecture (Gemma 2's alternating sliding window, Gemma 3's
+five local layers per global one with a RoPE base per layer kind, Llama's full attention), prompt lengths in
+the thousands of tokens, chat templates, constrained decoding and option log-probabilities.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from posbias.schemas import PromptTemplate
 
-Architecture = Literal["llama", "gemma2"]
+Architecture = Literal["llama", "gemma2", "gemma3"]
 
 # Attention head size 32 is the smallest vLLM accepts.
 _HEAD_DIM = 32
@@ -93,8 +93,10 @@ def build_tiny_model(
     """Write a tiny random-weights Hugging Face model to `folder` (created; must be empty or absent).
 
     Hidden size 64, two heads of 32, `num_layers` layers. `gemma2`: a sliding window of `sliding_window`
-    tokens on every other layer (layers 0, 2, ...), as in Gemma 2; `llama`: full attention everywhere. RoPE
-    base `rope_theta` (default 10000 for Gemma 2, 500000 for Llama, as in the real models). The tokenizer is
+    tokens on every other layer (layers 0, 2, ...), as in Gemma 2; `gemma3`: five sliding layers, then one
+    global (layers 5, 11, ... global), as in Gemma 3, with RoPE base 10000 on the sliding layers and
+    `rope_theta` (default 1000000) on the global ones; `llama`: full attention everywhere. RoPE base
+    `rope_theta` (default 10000 for Gemma 2, 500000 for Llama, as in the real models). The tokenizer is
     byte-level BPE with every digit a token of its own, so an answer line `k. i` is the tokens `k`, `.`,
     ` `, `i`. The same arguments give the same files, byte for byte.
     """
@@ -106,7 +108,7 @@ def build_tiny_model(
         raise FileExistsError(f"{out} is not empty; give a new folder for the tiny model")
     out.mkdir(parents=True, exist_ok=True)
 
-    style = _GEMMA_STYLE if architecture == "gemma2" else _LLAMA_STYLE
+    style = _LLAMA_STYLE if architecture == "llama" else _GEMMA_STYLE
     tokenizer = _build_tokenizer(style, vocab_size=vocab_size, seed=seed)
     special = {name: tokenizer.convert_tokens_to_ids(name) for name in (style.bos, style.eos, style.pad)}
     end_of_turn = tokenizer.convert_tokens_to_ids(style.turn_tokens[-1])
@@ -147,7 +149,7 @@ def _model_config(
     eos_token_id: list[int],
     pad_token_id: int,
 ) -> Any:
-    from transformers import Gemma2Config, LlamaConfig
+    from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig
 
     common: dict[str, Any] = {
         "vocab_size": vocab_size,
@@ -173,6 +175,21 @@ def _model_config(
             rope_parameters={"rope_type": "default", "rope_theta": theta},
             tie_word_embeddings=True,
         )
+    if architecture == "gemma3":
+        theta = 1_000_000.0 if rope_theta is None else rope_theta
+        return Gemma3TextConfig(
+            **common,
+            sliding_window=sliding_window,
+            layer_types=[
+                "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(num_layers)
+            ],
+            query_pre_attn_scalar=_HEAD_DIM,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": theta},
+            },
+            tie_word_embeddings=True,
+        )
     if architecture == "llama":
         theta = 500_000.0 if rope_theta is None else rope_theta
         return LlamaConfig(
@@ -180,7 +197,7 @@ def _model_config(
             rope_parameters={"rope_type": "default", "rope_theta": theta},
             tie_word_embeddings=False,
         )
-    raise ValueError(f"unknown tiny architecture {architecture!r}; use 'llama' or 'gemma2'")
+    raise ValueError(f"unknown tiny architecture {architecture!r}; use 'llama', 'gemma2' or 'gemma3'")
 
 
 def _build_tokenizer(style: _ChatStyle, *, vocab_size: int, seed: int) -> Any:

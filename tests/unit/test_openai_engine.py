@@ -61,7 +61,11 @@ def test_specs_without_an_endpoint_keep_their_hash_and_model_key() -> None:
         (served(base_url="http://user:secret@x/v1"), "must not carry credentials"),
         (served(base_url="http://x/v1?key=abc"), "must not carry credentials"),
         (served(base_url="ftp://x"), "must be an http(s) URL"),
-        (served(tensor_parallel_size=2), "tensor_parallel_size and extra are vLLM options"),
+        (served(tensor_parallel_size=2), "tensor_parallel_size, extra and hf_overrides are vLLM options"),
+        (
+            served(hf_overrides={"sliding_window": 512}),
+            "tensor_parallel_size, extra and hf_overrides are vLLM",
+        ),
         (served(max_concurrency=0), "max_concurrency"),
     ],
 )
@@ -69,6 +73,13 @@ def test_bad_endpoint_fields_are_refused_with_the_fix(data: dict[str, Any], mess
     with pytest.raises(PosbiasError, match="invalid spec: engine") as caught:
         JobSpec.build(data)
     assert message in str(caught.value)
+
+
+def test_a_served_job_refuses_architecture_variants_and_names_the_way_to_run_them() -> None:
+    with pytest.raises(PosbiasError, match="a served model's architecture is its server's") as caught:
+        JobSpec.build(served() | {"variants": ["baseline", "global-only"]})
+    assert "serve each variant as its own endpoint" in str(caught.value)
+    assert JobSpec.build(served() | {"variants": ["baseline"]}).names == ("baseline",)
 
 
 def test_a_key_pasted_as_api_key_env_is_refused_without_repeating_it() -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_helpers import GEMMA2_MAX_MODEL_LEN, GEMMA2_WINDOW, KV_CACHE_GIB
+from engine_helpers import GEMMA2_MAX_MODEL_LEN, GEMMA2_WINDOW, GEMMA3_WINDOW, KV_CACHE_GIB
 from support.tinymodels import build_tiny_model
 
 from posbias.schemas import EngineOptions, WorkerConfig
@@ -48,6 +48,18 @@ def tiny_gemma2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Gemma 2 (sliding window of 64 tokens on layers 0 and 2)."""
     return build_tiny_model(
         tmp_path_factory.mktemp("tiny") / "gemma2", architecture="gemma2", sliding_window=GEMMA2_WINDOW
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Gemma 3: six layers, five sliding (window of 48 tokens, RoPE base 10000), then one
+    global (layer 5, RoPE base 1000000)."""
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "gemma3",
+        architecture="gemma3",
+        num_layers=6,
+        sliding_window=GEMMA3_WINDOW,
     )
 
 

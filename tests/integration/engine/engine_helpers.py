@@ -15,6 +15,8 @@ GEMMA2_MAX_MODEL_LEN = 2048
 """The tiny Gemma 2 engine is started with this max_model_len (shorter than the model's)."""
 GEMMA2_WINDOW = 64
 """The tiny Gemma 2's sliding window: a 10-question prompt is far longer."""
+GEMMA3_WINDOW = 48
+"""The tiny Gemma 3's sliding window (layers 0-4 of 6)."""
 KV_CACHE_GIB = 1
 
 
