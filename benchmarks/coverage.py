@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from posbias.schemas import FakeSpec
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import analysis, comparison, verdicts
+from posbias.service import analysis, attribution, comparison, verdicts
 from posbias.service.analysis import DistanceRow, TrialData
 from posbias.workers.testing import latent_correct
 
@@ -109,6 +109,147 @@ def answers(
         questions=layout.questions,
         keys=[tuple(map(str, row)) for row in layout.questions],
     )
+
+
+# --- simulated designs --------------------------------------------------------------------------------
+
+SEPARATOR_TOKENS = 1
+"""Tokens of the blank line between paragraphs."""
+REQUEST_TOKENS = 15
+"""Tokens of the answer request and the chat template's close, after the last paragraph."""
+LINE_TOKENS = 4
+"""Tokens of one answer line `k. i` and its newline: the answer of slot s is (s - 1) x 4 + 2 tokens in."""
+
+
+@dataclass(frozen=True)
+class DesignLayout:
+    """A simulated job of some design: who sits where, what is asked on which line, and how far each
+    question is from its answer in tokens, as the worker would record it."""
+
+    questions: npt.NDArray[np.int64]
+    """Trials x positions: question codes."""
+    clusters: npt.NDArray[np.int64]
+    prompt_keys: npt.NDArray[np.int64]
+    answered: Floats
+    """Trials x positions: 1 where an answer is asked (all, or a probe's one)."""
+    slot: Floats
+    """Trials x positions: the line it is asked on (NaN where not asked)."""
+    lines: Floats
+    distance: Floats
+    """Trials x positions: tokens from the question's end to its answer."""
+    filler: Floats
+    """Per trial: its filler length."""
+
+
+def design_layout(
+    *,
+    n: int,
+    iterations: int,
+    order: str,
+    lengths: Floats,
+    rng: np.random.Generator,
+    filler: tuple[int, ...] = (0,),
+    where: str = "end",
+    after: int = 0,
+    probe: bool = False,
+) -> DesignLayout:
+    """Plan like `service/planner.py` (each set at every filler length; a random order and a probe position
+    per set, probes balanced in blocks of N) and measure distances like `workers/shard.py`, with question
+    blocks of `lengths[code]` tokens."""
+    questions, clusters, keys, answered, slots, lines, distances, fillers = [], [], [], [], [], [], [], []
+    probes: list[int] = []
+    for iteration in range(iterations):
+        chosen = rng.choice(POOL, size=n, replace=False)
+        if order == "random":
+            asked = list(rng.permutation(n) + 1)
+        elif order == "reverse":
+            asked = list(range(n, 0, -1))
+        else:
+            asked = list(range(1, n + 1))
+        if probe:
+            if iteration % n == 0:
+                probes = list(rng.permutation(n) + 1)
+            asked = [probes[iteration % n]]
+        slot = np.full(n, np.nan)
+        for line, position in enumerate(asked, start=1):
+            slot[position - 1] = line
+        blocks = lengths[chosen] + SEPARATOR_TOKENS
+        after_me = np.cumsum(blocks[::-1])[::-1] - blocks  # tokens of the blocks after each position
+        for length in filler:
+            moved = np.zeros(n)
+            if length and where == "end":
+                moved[:] = length + SEPARATOR_TOKENS
+            elif length and where == "after":
+                moved[:after] = length + SEPARATOR_TOKENS
+            distance = after_me + moved + REQUEST_TOKENS + (np.nan_to_num(slot) - 1) * LINE_TOKENS + 2
+            questions.append(chosen)
+            clusters.append(iteration)
+            keys.append(iteration)
+            answered.append(np.isfinite(slot).astype(np.float64))
+            slots.append(slot)
+            lines.append(float(len(asked)))
+            distances.append(np.where(np.isfinite(slot), distance, np.nan))
+            fillers.append(float(length))
+    return DesignLayout(
+        questions=np.array(questions),
+        clusters=np.array(clusters),
+        prompt_keys=np.array(keys),
+        answered=np.array(answered),
+        slot=np.array(slots),
+        lines=np.array(lines),
+        distance=np.array(distances),
+        filler=np.array(fillers),
+    )
+
+
+def design_truth(spec: FakeSpec, layout: DesignLayout) -> Floats:
+    """The fake's accuracy of every cell (NaN where nothing is asked): its marginal, by `depends_on`."""
+    n = layout.questions.shape[1]
+    position = np.broadcast_to(np.arange(1, n + 1, dtype=np.float64), layout.slot.shape)
+    truth = np.empty(layout.slot.shape)
+    for row in range(truth.shape[0]):
+        truth[row] = spec.accuracy_of(
+            position=position[row],
+            batch_size=n,
+            slot=np.nan_to_num(layout.slot[row], nan=1.0),
+            answers=int(layout.lines[row]),
+            distance=np.nan_to_num(layout.distance[row]),
+        )
+    return np.where(layout.answered > 0, truth, np.nan)
+
+
+def design_answers(
+    spec: FakeSpec, layout: DesignLayout, world: World, *, rng: np.random.Generator
+) -> TrialData:
+    """One job of the design answered by the fake's rule, as `store.trial_data` would hand it over."""
+    truth = design_truth(spec, layout)
+    trials, n = layout.questions.shape
+    correct = latent_correct(
+        np.nan_to_num(truth, nan=0.5),
+        question=world.questions[layout.questions],
+        prompt=world.prompts[layout.prompt_keys][:, None],
+        noise=rng.standard_normal((trials, n)),
+        question_effect=spec.question_effect,
+        prompt_effect=spec.prompt_effect,
+    )
+    sweep = len(set(layout.filler.tolist())) > 1
+    return TrialData.from_arrays(
+        correct.astype(np.float64) * layout.answered,
+        answered=layout.answered,
+        cluster=layout.clusters if sweep else None,
+        questions=layout.questions,
+        keys=[(*map(str, row), f"f{f}") for row, f in zip(layout.questions, layout.filler, strict=True)],
+        slot=layout.slot,
+        distance=layout.distance,
+        filler=layout.filler,
+        lines=layout.lines,
+        cluster_unit="sampled set" if sweep else "trial",
+    )
+
+
+def block_lengths(rng: np.random.Generator) -> Floats:
+    """Tokens of each pool question's block: about MMLU's, QUESTION_TOKENS on average, some much longer."""
+    return np.round(rng.lognormal(np.log(QUESTION_TOKENS) - 0.125, 0.5, POOL))
 
 
 # --- tallies ------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def shard_spec(
         chat_template=spec.chat_template,
         sampling=spec.sampling,
         seed=spec.seed,
+        filler=spec.filler,
         trials=tuple(trials),
         questions=dict(sorted(used.items())),
     )
@@ -96,7 +97,7 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
             )
         }
         trials: dict[int, list[Trial]] = {shard_id: [] for shard_id in shard_ids}
-        for shard_id, index, batch_size, iteration, question_ids, choice_orders, rotation in session.execute(
+        for row in session.execute(
             select(
                 trial.shard_id,
                 trial.index,
@@ -105,20 +106,26 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
                 trial.question_ids,
                 trial.choice_orders,
                 trial.rotation,
+                trial.answer_order,
+                trial.probe_position,
+                trial.filler_tokens,
             )
             .where(trial.shard_id.in_(shard_ids))
             .order_by(trial.shard_id, trial.index)
         ):
-            trials[shard_id].append(
+            trials[row.shard_id].append(
                 Trial.model_construct(
-                    index=index,
-                    batch_size=batch_size,
-                    iteration=iteration,
-                    question_ids=tuple(question_ids),
+                    index=row[1],  # `row.index` is the tuple's own method
+                    batch_size=row.batch_size,
+                    iteration=row.iteration,
+                    question_ids=tuple(row.question_ids),
                     choice_orders=None
-                    if choice_orders is None
-                    else tuple(tuple(order) for order in choice_orders),
-                    rotation=rotation,
+                    if row.choice_orders is None
+                    else tuple(tuple(order) for order in row.choice_orders),
+                    rotation=row.rotation,
+                    answer_order=None if row.answer_order is None else tuple(row.answer_order),
+                    probe=row.probe_position,
+                    filler_tokens=row.filler_tokens,
                 )
             )
         questions = _question_cache(db)

@@ -32,7 +32,8 @@ RESULT_COLUMNS = {
     "trial_id": "int8",
     "job_id": "int8",
     "batch_size": "int4",
-    # From here to gold_prob: QuestionResult's fields of the same names, read in one go by _RESULT_FIELDS.
+    # From here to visible_layers: QuestionResult's fields of the same names, read in one go by
+    # _RESULT_FIELDS.
     "position": "int4",
     "question_id": "text",
     "subject": "text",
@@ -44,6 +45,9 @@ RESULT_COLUMNS = {
     "answer_token_index": "int4",
     "token_distance": "int4",
     "gold_prob": "float8",
+    "answer_slot": "int4",
+    "in_window": "bool",
+    "visible_layers": "int4",
     "parse_status": "text",
     "option_probs": "text",
 }
@@ -151,7 +155,8 @@ def _model_id(session: Session, info: ModelInfo, *, now: datetime) -> int:
 TRIAL_UPDATE = sa.text(
     """
     UPDATE trials SET status = :status, skip_reason = :skip_reason, prompt_tokens = :prompt_tokens,
-        output_tokens = :output_tokens, output_text = :output_text
+        output_tokens = :output_tokens, output_text = :output_text,
+        filler_token_start = :filler_token_start, filler_token_end = :filler_token_end
     WHERE id = :id
     """
 )
@@ -168,6 +173,8 @@ def _update_trials(session: Session, written: Sequence[tuple[ShardResult, dict[i
                 "prompt_tokens": t.prompt_tokens,
                 "output_tokens": t.output_tokens,
                 "output_text": t.output_text,
+                "filler_token_start": t.filler_token_start,
+                "filler_token_end": t.filler_token_end,
             }
             for result, trials in written
             for t in result.trials
@@ -325,24 +332,42 @@ def batch_sizes(db: Database, *, job_ids: Collection[int]) -> list[int]:
 def trial_data(db: Database, *, job_ids: Collection[int], batch_size: int) -> TrialData:
     """Every answered trial of `job_ids` at `batch_size`, with its answers, as the analyses read them:
     pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by sampled set
-    for jobs of the rotation design."""
+    for jobs of the rotation design and for filler sweeps (each set shown at several lengths)."""
     ids = sorted(set(job_ids))
     with db.read() as session:
-        rotation = {
-            job_id: spec.get("design") == "rotation"
-            for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+        specs: dict[int, dict[str, Any]] = {
+            job_id: spec for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+        }
+        rotation = {job_id: spec.get("design") == "rotation" for job_id, spec in specs.items()}
+        sweep = {
+            job_id: len((spec.get("filler") or {}).get("tokens") or ()) > 1 for job_id, spec in specs.items()
         }
         trial_rows = session.execute(
-            select(Trial.id, Trial.job_id, Trial.iteration, Trial.question_ids, Trial.choice_orders)
+            select(
+                Trial.id,
+                Trial.job_id,
+                Trial.iteration,
+                Trial.question_ids,
+                Trial.choice_orders,
+                Trial.answer_order,
+                Trial.probe_position,
+                Trial.filler_tokens,
+            )
             .where(Trial.job_id.in_(ids), Trial.batch_size == batch_size, Trial.status == TrialStatus.done)
             .order_by(Trial.job_id, Trial.index)
         ).all()
         options = _option_counts(session, {qid for row in trial_rows for qid in row.question_ids})
         results = [
-            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold)
-            for trial_id, position, status, correct, gold in session.execute(
+            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold, slot, distance)
+            for trial_id, position, status, correct, gold, slot, distance in session.execute(
                 select(
-                    Result.trial_id, Result.position, Result.parse_status, Result.correct, Result.gold_prob
+                    Result.trial_id,
+                    Result.position,
+                    Result.parse_status,
+                    Result.correct,
+                    Result.gold_prob,
+                    Result.answer_slot,
+                    Result.token_distance,
                 )
                 .where(Result.job_id.in_(ids), Result.batch_size == batch_size)
                 .order_by(Result.trial_id, Result.position)
@@ -357,6 +382,10 @@ def trial_data(db: Database, *, job_ids: Collection[int], batch_size: int) -> Tr
             choice_orders=row.choice_orders,
             rotation_design=rotation.get(row.job_id, False),
             n_options=[options.get(qid, 0) or 1 for qid in row.question_ids],
+            answer_order=row.answer_order,
+            probe=row.probe_position,
+            filler_tokens=row.filler_tokens,
+            set_cluster=sweep.get(row.job_id, False),
         )
         for row in trial_rows
     ]
@@ -377,14 +406,14 @@ def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:
 
 
 def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
-    """Each trial of `job_ids` mapped to its cluster's representative: itself, or under rotation the first
-    trial of its sampled set."""
+    """Each trial of `job_ids` mapped to its cluster's representative: itself, or under rotation (and in a
+    filler sweep) the first trial of its sampled set."""
     ids = sorted(set(job_ids))
     with db.read() as session:
         rotation = {
             job_id
             for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
-            if spec.get("design") == "rotation"
+            if spec.get("design") == "rotation" or len((spec.get("filler") or {}).get("tokens") or ()) > 1
         }
         rows = session.execute(
             select(Trial.id, Trial.job_id, Trial.batch_size, Trial.iteration)
@@ -419,26 +448,32 @@ def token_distance_rows(
         return [DistanceRow(*row) for row in session.execute(query)]
 
 
+def job_model(db: Database, job_id: int) -> ModelInfo | None:
+    """The architecture facts of the model a job ran (its `models` row); None before its first result."""
+    with db.read() as session:
+        found = session.scalar(select(Model).join(Job, Job.model_id == Model.id).where(Job.id == job_id))
+        return None if found is None else _model_info(found)
+
+
 def list_models(db: Database) -> list[ModelInfo]:
     """Every model that has results, with its architecture facts, by name and revision."""
     with db.read() as session:
         models = session.scalars(select(Model).order_by(Model.name, Model.revision))
-        return [
-            ModelInfo(
-                name=m.name,
-                revision=m.revision or None,
-                architecture=m.architecture,
-                num_layers=m.num_layers,
-                sliding_window=m.sliding_window,
-                sliding_window_layers=None
-                if m.sliding_window_layers is None
-                else tuple(m.sliding_window_layers),
-                rope_theta=m.rope_theta,
-                context_length=m.context_length,
-                num_parameters=m.num_parameters,
-            )
-            for m in models
-        ]
+        return [_model_info(m) for m in models]
+
+
+def _model_info(m: Model) -> ModelInfo:
+    return ModelInfo(
+        name=m.name,
+        revision=m.revision or None,
+        architecture=m.architecture,
+        num_layers=m.num_layers,
+        sliding_window=m.sliding_window,
+        sliding_window_layers=None if m.sliding_window_layers is None else tuple(m.sliding_window_layers),
+        rope_theta=m.rope_theta,
+        context_length=m.context_length,
+        num_parameters=m.num_parameters,
+    )
 
 
 class ExportRow(NamedTuple):
@@ -449,7 +484,13 @@ class ExportRow(NamedTuple):
     batch_size: int
     iteration: int
     rotation: int
+    answer_order: list[int] | None
+    probe_position: int | None
+    filler_tokens: int
+    filler_token_start: int | None
+    filler_token_end: int | None
     position: int
+    answer_slot: int | None
     question_id: str
     subject: str
     gold: int
@@ -461,11 +502,14 @@ class ExportRow(NamedTuple):
     question_token_end: int | None
     answer_token_index: int | None
     token_distance: int | None
+    in_window: bool | None
+    visible_layers: int | None
     gold_prob: float | None
     option_probs: list[float] | None
 
 
 EXPORT_COLUMNS: tuple[str, ...] = ExportRow._fields
+_EXPORT_STATUS = EXPORT_COLUMNS.index("parse_status")
 
 
 def export_results(db: Database, job_id: int) -> Iterator[ExportRow]:
@@ -485,7 +529,13 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
             Result.batch_size,
             Trial.iteration,
             Trial.rotation,
+            Trial.answer_order,
+            Trial.probe_position,
+            Trial.filler_tokens,
+            Trial.filler_token_start,
+            Trial.filler_token_end,
             Result.position,
+            Result.answer_slot,
             Result.question_id,
             Result.subject,
             Result.gold,
@@ -497,6 +547,8 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
             Result.question_token_end,
             Result.answer_token_index,
             Result.token_distance,
+            Result.in_window,
+            Result.visible_layers,
             Result.gold_prob,
             Result.option_probs,
         )
@@ -507,4 +559,5 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
     )
     with db.read() as session:
         for row in session.execute(query):
-            yield ExportRow._make((*row[:11], ParseStatus(row[11]).value, *row[12:]))
+            status = _EXPORT_STATUS
+            yield ExportRow._make((*row[:status], ParseStatus(str(row[status])).value, *row[status + 1 :]))

@@ -51,6 +51,12 @@ class GenerationRequest:
     """Gold options (0-based, as shown) per position. Only the fake engine reads this."""
     question_ids: tuple[str, ...] | None = None
     """Question ids per position. Only the fake engine reads this (its questions have difficulties)."""
+    asked: tuple[int, ...] | None = None
+    """Positions whose answers the prompt asks for, in the order asked; None: every position, forward. Only
+    the fake engine reads this (a model reads the prompt; the regex, when there is one, holds the order)."""
+    question_token_ends: tuple[int, ...] | None = None
+    """Per position, one past the question's last prompt token. Only the fake engine reads this (its
+    accuracy may depend on token distance)."""
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,13 @@ from rich.table import Table
 import posbias.api as api
 from posbias.schemas import (
     AnswerMode,
+    AnswerOrder,
     ChatTemplateUse,
     Design,
     DryRun,
     EngineName,
+    FakeAxis,
+    FillerPlace,
     JobSpec,
     PosbiasError,
     RotationCostWarning,
@@ -62,7 +65,37 @@ BatchSizesOpt = Annotated[str | None, typer.Option(help="Questions per prompt, e
 IterationsOpt = Annotated[int | None, typer.Option(help="Trials per batch size.")]
 SeedOpt = Annotated[int | None, typer.Option(help="Seed for sampling questions.")]
 DesignOpt = Annotated[
-    Design | None, typer.Option(help="random, or rotation (every question at every position).")
+    Design | None,
+    typer.Option(
+        help="random; rotation (every question at every position); probe (N questions shown, one asked, "
+        "every position equally often)."
+    ),
+]
+AnswerOrderOpt = Annotated[
+    AnswerOrder | None,
+    typer.Option(
+        help="Order the answers are asked in: forward (1..N), reverse, or random (per set, stated in the "
+        "instructions and stored)."
+    ),
+]
+FillerTokensOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Filler lengths in the model's tokens, e.g. 0,1000,4000: every set is shown at each (length x "
+        "position)."
+    ),
+]
+FillerWhereOpt = Annotated[
+    FillerPlace | None,
+    typer.Option(help="Where filler goes: before the questions, after question K, or at the end (default)."),
+]
+FillerAfterOpt = Annotated[
+    int | None,
+    typer.Option(help="Filler after question K (moves questions 1..K away from their answers)."),
+]
+FillerSourceOpt = Annotated[
+    str | None,
+    typer.Option(help="Filler text: builtin (default; neutral sentences) or a UTF-8 text file."),
 ]
 AnswerModeOpt = Annotated[
     AnswerMode | None, typer.Option(help="free (parse what the model writes) or constrained (regex-forced).")
@@ -91,6 +124,14 @@ EngineOpt = Annotated[
 FakeFirstOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the first position.")]
 FakeLastOpt = Annotated[float | None, typer.Option(help="Fake engine: accuracy at the last position.")]
 FakeMalformedOpt = Annotated[float | None, typer.Option(help="Fake engine: rate of unparseable lines.")]
+FakeDependsOpt = Annotated[
+    FakeAxis | None,
+    typer.Option(help="Fake engine: accuracy follows the position, the answer-slot or the token-distance."),
+]
+FakeWindowOpt = Annotated[
+    int | None,
+    typer.Option(help="Fake engine: a sliding window (tokens); with token-distance, accuracy steps there."),
+]
 KeyOpt = Annotated[
     str | None,
     typer.Option(help="Submitting again with the same key returns the same job instead of a new one."),
@@ -108,6 +149,11 @@ def _build_spec(
     seed: int | None,
     design: Design | None,
     answer_mode: AnswerMode | None,
+    answer_order: AnswerOrder | None,
+    filler_tokens: str | None,
+    filler_where: FillerPlace | None,
+    filler_after: int | None,
+    filler_source: str | None,
     tensor_parallel_size: int | None,
     subjects: str | None,
     split: str | None,
@@ -121,6 +167,8 @@ def _build_spec(
     fake_first: float | None,
     fake_last: float | None,
     fake_malformed: float | None,
+    fake_depends_on: FakeAxis | None,
+    fake_window: int | None,
 ) -> JobSpec:
     overrides: dict[str, Any] = {}
     top = {
@@ -132,6 +180,7 @@ def _build_spec(
         "seed": seed,
         "design": design,
         "answer_mode": answer_mode,
+        "answer_order": answer_order,
         "shuffle_choices": shuffle_choices,
         "chat_template": chat_template,
         "priority": priority,
@@ -146,8 +195,22 @@ def _build_spec(
         "max_model_len": max_model_len,
         "dtype": dtype,
     }
-    fake = {"first": fake_first, "last": fake_last, "malformed": fake_malformed}
-    for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake)):
+    fake = {
+        "first": fake_first,
+        "last": fake_last,
+        "malformed": fake_malformed,
+        "depends_on": fake_depends_on,
+        "window": fake_window,
+    }
+    if filler_after is not None and filler_where is None:
+        filler_where = FillerPlace.after
+    filler = {
+        "tokens": filler_tokens,
+        "where": filler_where,
+        "position": filler_after,
+        "source": filler_source,
+    }
+    for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake), ("filler", filler)):
         given = {k: v for k, v in group.items() if v is not None}
         if given:
             overrides[key] = given
@@ -181,6 +244,11 @@ SPEC_FLAGS: dict[str, Any] = {
     "seed": SeedOpt,
     "design": DesignOpt,
     "answer_mode": AnswerModeOpt,
+    "answer_order": AnswerOrderOpt,
+    "filler_tokens": FillerTokensOpt,
+    "filler_where": FillerWhereOpt,
+    "filler_after": FillerAfterOpt,
+    "filler_source": FillerSourceOpt,
     "tensor_parallel_size": TpOpt,
     "subjects": SubjectsOpt,
     "split": SplitOpt,
@@ -194,6 +262,8 @@ SPEC_FLAGS: dict[str, Any] = {
     "fake_first": FakeFirstOpt,
     "fake_last": FakeLastOpt,
     "fake_malformed": FakeMalformedOpt,
+    "fake_depends_on": FakeDependsOpt,
+    "fake_window": FakeWindowOpt,
 }
 """Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
 
@@ -227,7 +297,11 @@ def submit(
     spec: JobSpec,
     idempotency_key: KeyOpt = None,
     dry_run: Annotated[
-        bool, typer.Option(help="Print trials, shards and prompt tokens; enqueue nothing.")
+        bool,
+        typer.Option(
+            help="Print trials, shards and prompt tokens, and per batch size and filler length the token "
+            "distances covered and how many reach past the model's sliding window; enqueue nothing."
+        ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -268,11 +342,43 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
             str(b.max_prompt_tokens),
         )
     out.print(table)
+    if dry.designs:
+        _print_designs(dry)
     out.print(f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer})")
     if dry.max_model_len is not None:
         own = f"{dry.model_context:,}" if dry.model_context is not None else "not known here"
         out.print(f"engine context: {dry.max_model_len:,} tokens (the model's own: {own})")
     out.print("nothing was enqueued (dry run)")
+
+
+def _print_designs(dry: DryRun) -> None:
+    window = dry.sliding_window
+    own = f"the model's sliding window: {window:,} tokens" if window else "no sliding window known here"
+    table = Table(title=f"design: {dry.design} ({own})")
+    columns = ["batch size", "filler tokens", "trials", "mean prompt tokens", "max prompt tokens"]
+    columns += ["token distances", "past the window"]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for d in dry.designs:
+        distances = (
+            f"{d.min_distance:,} to {d.max_distance:,}"
+            if d.min_distance is not None and d.max_distance is not None
+            else "not known here"
+        )
+        past = "" if d.past_window is None else f"{100 * d.past_window:.0f}% of answers"
+        table.add_row(
+            str(d.batch_size),
+            f"{d.filler_tokens:,}",
+            str(d.trials),
+            f"{d.mean_prompt_tokens:.0f}",
+            str(d.max_prompt_tokens),
+            distances,
+            past,
+        )
+    out.print(table)
+    out.print(
+        "token distances: from a question's end to its answer, the answers on the lines the design asks for"
+    )
 
 
 @takes_spec
