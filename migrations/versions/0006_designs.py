@@ -130,14 +130,19 @@ def _fill_old_results() -> None:
     )
     found = bind.execute(
         sa.select(
-            jobs.c.id, jobs.c.spec, models.c.num_layers, models.c.sliding_window, models.c.sliding_window_layers
+            jobs.c.id,
+            jobs.c.spec,
+            models.c.num_layers,
+            models.c.sliding_window,
+            models.c.sliding_window_layers,
         ).select_from(jobs.outerjoin(models, models.c.id == jobs.c.model_id))
     ).all()
     for job_id, spec, layers, window, sliding in found:
         if (spec or {}).get("answer_mode") == "constrained":
             bind.execute(
                 sa.text(
-                    "UPDATE results SET answer_slot = position WHERE job_id = :job AND parse_status <> 'missing'"
+                    "UPDATE results SET answer_slot = position "
+                    "WHERE job_id = :job AND parse_status <> 'missing'"
                 ),
                 {"job": job_id},
             )
