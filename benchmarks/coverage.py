@@ -3,9 +3,11 @@
 Each replication simulates a job's answers with the fake engine's model of a model (`FakeSpec`: a known
 accuracy curve; answers correlated through question difficulty and a prompt effect, decided by
 `posbias.workers.testing.latent_correct`, the fake engine's own rule), then runs the analysis functions the
-CLI runs (`service/analysis.py`, `service/comparison.py`, `service/verdicts.py`) and checks them against the
-truth. The engine itself (rendering, parsing) and the store are left out so that hundreds of replications
-run in minutes; the integration tests check that the store feeds the analysis these same arrays.
+CLI runs (`service/analysis.py`, `service/comparison.py`, `service/verdicts.py`, `service/attribution.py`)
+and checks them against the truth. The engine itself (rendering, parsing) and the store are left out so that
+hundreds of replications run in minutes; the integration tests check that the store feeds the analysis these
+same arrays. The `explain-*` settings plan each design as the planner does and measure token distances as the
+worker does (`design_layout`).
 
     python benchmarks/coverage.py                       # every setting, 500 replications each
     python benchmarks/coverage.py --reps 100 --only pointwise-effects,verdict-power
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from posbias.schemas import FakeSpec
+from posbias.schemas import FakeAxis, FakeSpec, ModelInfo
 from posbias.schemas.schedule import RegressionRule
 from posbias.service import analysis, attribution, comparison, verdicts
 from posbias.service.analysis import DistanceRow, TrialData
@@ -145,9 +147,9 @@ def design_layout(
     *,
     n: int,
     iterations: int,
-    order: str,
     lengths: Floats,
     rng: np.random.Generator,
+    order: str = "forward",
     filler: tuple[int, ...] = (0,),
     where: str = "end",
     after: int = 0,
@@ -445,12 +447,87 @@ def verdict_checks(
     return run
 
 
+def explain_checks(
+    spec: FakeSpec,
+    *,
+    truth: dict[str, float] | None,
+    info: ModelInfo | None,
+    n: int = 10,
+    iterations: int = 200,
+    resamples: int = 300,
+    **design: object,
+) -> Body:
+    """`posbias explain` on a simulated job of a design: the coverage of each effect's interval where the
+    fake makes the truth a linear function (`truth`: position and slot first to last, distance per 1,000
+    tokens) and, for a cause with none, how often it is called distinguishable from zero; and the window
+    step: how often it is found, and whether its break interval holds the window where the fake steps."""
+    stepped = spec.depends_on is FakeAxis.token_distance and spec.window is not None
+
+    def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
+        layout = design_layout(n=n, iterations=iterations, lengths=block_lengths(rng), rng=rng, **design)  # type: ignore[arg-type]
+        data = design_answers(spec, layout, World.draw(rng, prompts=iterations), rng=rng)
+        found = attribution.explain(data, model="sim", info=info, resamples=resamples, seed=rep)
+        for effect in found.effects:
+            if truth is None or effect.effect is None or effect.name not in truth:
+                continue
+            true = truth[effect.name]
+            if true == 0:
+                t.setdefault(f"{effect.name}: no effect, called one", Tally("0.05")).add(
+                    effect.distinguishable
+                )
+            else:
+                t.setdefault(f"{effect.name} effect, interval", Tally("0.93-0.97")).add(
+                    inside(effect.effect.low, true, effect.effect.high)
+                )
+        step = found.window
+        if info is None or step is None or not step.tested:
+            return
+        if stepped:
+            t.setdefault("window step found", Tally(">= 0.80")).add(step.found)
+            if step.found:
+                t.setdefault("break interval holds the window", Tally(">= 0.95")).add(
+                    bool(step.window_in_interval)
+                )
+        else:
+            t.setdefault("window step: false positives", Tally("<= 0.05")).add(step.found)
+
+    return run
+
+
 LINEAR = FakeSpec(first=0.25, last=0.55)
 EFFECTS = FakeSpec(first=0.25, last=0.55, question_effect=0.3, prompt_effect=0.15)
 U_SHAPE = FakeSpec(curve=(0.6, 0.35, 0.6), question_effect=0.3, prompt_effect=0.15)
 FLAT = FakeSpec(first=0.4, last=0.4, question_effect=0.3, prompt_effect=0.15)
 PARSE = FakeSpec(first=0.25, last=0.55, question_effect=0.3, prompt_effect=0.15, malformed=0.1)
 LOWER = FakeSpec(first=0.3, last=0.5, question_effect=0.3, prompt_effect=0.15)
+
+WINDOW = 600
+"""The simulated model's sliding window: inside it are the last five or so questions of ten, and with 800
+tokens of filler at the end none of them."""
+WINDOWED = ModelInfo(name="sim", num_layers=4, sliding_window=WINDOW, sliding_window_layers=(0, 2))
+SWEEP = {"order": "random", "filler": (0, 800)}
+"""A random answer order and filler at two lengths at the end: position, slot and distance apart."""
+BY_POSITION = FakeSpec(first=0.3, last=0.6, question_effect=0.3, prompt_effect=0.15)
+BY_SLOT = FakeSpec(
+    first=0.3, last=0.6, depends_on=FakeAxis.answer_slot, question_effect=0.3, prompt_effect=0.15
+)
+BY_DISTANCE = FakeSpec(
+    first=0.65,
+    last=0.35,
+    depends_on=FakeAxis.token_distance,
+    distance_span=4000,
+    question_effect=0.3,
+    prompt_effect=0.15,
+)
+"""Linear in distance from 65% at 0 to 35% at 4,000 tokens (past every simulated distance): a smooth decay."""
+BY_STEP = FakeSpec(
+    first=0.65,
+    last=0.35,
+    depends_on=FakeAxis.token_distance,
+    window=WINDOW,
+    question_effect=0.3,
+    prompt_effect=0.15,
+)
 
 SETTINGS = [
     Setting(
@@ -509,6 +586,41 @@ SETTINGS = [
         "verdict-power",
         "a 10-point drop at positions 1-10 of N=50, 100 iterations",
         verdict_checks(EFFECTS, n=50, iterations=100, drop=0.10, drop_positions=10),
+    ),
+    Setting(
+        "explain-position",
+        "explain: position 30%->60%, random order, filler 0/800 at the end, N=10, 200 sets, window 600",
+        explain_checks(
+            BY_POSITION,
+            truth={"position": 0.3, "answer slot": 0.0, "token distance": 0.0},
+            info=WINDOWED,
+            **SWEEP,
+        ),
+    ),
+    Setting(
+        "explain-slot",
+        "explain: answer slot 30%->60%, random order, no filler, N=10, 200 trials, no window",
+        explain_checks(
+            BY_SLOT,
+            truth={"position": 0.0, "answer slot": 0.3, "token distance": 0.0},
+            info=None,
+            order="random",
+        ),
+    ),
+    Setting(
+        "explain-decay",
+        "explain: distance, smooth 65%->35% over 4,000 tokens, as explain-position's design",
+        explain_checks(
+            BY_DISTANCE,
+            truth={"position": 0.0, "answer slot": 0.0, "token distance": -0.3 / 4},
+            info=WINDOWED,
+            **SWEEP,
+        ),
+    ),
+    Setting(
+        "explain-step",
+        "explain: distance, a step 65%->35% at the window (600), as explain-position's design",
+        explain_checks(BY_STEP, truth=None, info=WINDOWED, **SWEEP),
     ),
 ]
 
