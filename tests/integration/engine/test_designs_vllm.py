@@ -30,7 +30,11 @@ DESIGNS: dict[str, dict[str, Any]] = {
         "answer_order": "random",
         "filler": {"tokens": [0, 60], "where": "after", "position": 2},
     },
-    "probe, filler before": {"design": "probe", "filler": {"tokens": [40], "where": "before"}},
+    "probe, filler before": {
+        "design": "probe",
+        "iterations": 4,  # every position probed once
+        "filler": {"tokens": [40], "where": "before"},
+    },
     "random order, filler at the end": {"answer_order": "random", "filler": {"tokens": [80]}},
 }
 
@@ -46,10 +50,8 @@ def test_every_design_on_the_tiny_gemma2(
             db,
             model=str(tiny_gemma2_dir),
             engine={"name": "vllm", "max_model_len": GEMMA2_MAX_MODEL_LEN},
-            batch_sizes=(4,),
-            iterations=2,
             answer_mode="constrained",  # a random model's free text parses to nothing
-            **fields,
+            **{"batch_sizes": (4,), "iterations": 2, **fields},
         ).job_id
         for name, fields in DESIGNS.items()
     }
