@@ -1,8 +1,8 @@
 """Every design on the real vLLM CPU build: the tiny Gemma 2 (a 64-token window, far shorter than the prompts)
 answers each design's shards leased from the queue, on SQLite and PostgreSQL, and what was stored is checked
 against the prompts rendered again with its tokenizer, position by position (the dispatcher and Ray between
-the queue and the engine are the fake engine's path, tests/integration/test_designs.py; the demo model runs a
-design through the CLI in tests/e2e/test_vllm_demo.py)."""
+the queue and the engine are the fake engine's path, tests/integration/test_design_jobs.py; the demo model
+runs a design through the CLI in tests/e2e/test_vllm_demo.py)."""
 
 from __future__ import annotations
 
