@@ -3,9 +3,11 @@
 Each replication simulates a job's answers with the fake engine's model of a model (`FakeSpec`: a known
 accuracy curve; answers correlated through question difficulty and a prompt effect, decided by
 `posbias.workers.testing.latent_correct`, the fake engine's own rule), then runs the analysis functions the
-CLI runs (`service/analysis.py`, `service/comparison.py`, `service/verdicts.py`) and checks them against the
-truth. The engine itself (rendering, parsing) and the store are left out so that hundreds of replications
-run in minutes; the integration tests check that the store feeds the analysis these same arrays.
+CLI runs (`service/analysis.py`, `service/comparison.py`, `service/verdicts.py`, `service/attribution.py`)
+and checks them against the truth. The engine itself (rendering, parsing) and the store are left out so that
+hundreds of replications run in minutes; the integration tests check that the store feeds the analysis these
+same arrays. The `explain-*` settings plan each design as the planner does and measure token distances as the
+worker does (`design_layout`).
 
     python benchmarks/coverage.py                       # every setting, 500 replications each
     python benchmarks/coverage.py --reps 100 --only pointwise-effects,verdict-power
@@ -27,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from posbias.schemas import FakeSpec
+from posbias.schemas import FakeAxis, FakeSpec, ModelInfo
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import analysis, comparison, verdicts
+from posbias.service import analysis, attribution, comparison, verdicts
 from posbias.service.analysis import DistanceRow, TrialData
 from posbias.workers.testing import latent_correct
 
@@ -109,6 +111,147 @@ def answers(
         questions=layout.questions,
         keys=[tuple(map(str, row)) for row in layout.questions],
     )
+
+
+# --- simulated designs --------------------------------------------------------------------------------
+
+SEPARATOR_TOKENS = 1
+"""Tokens of the blank line between paragraphs."""
+REQUEST_TOKENS = 15
+"""Tokens of the answer request and the chat template's close, after the last paragraph."""
+LINE_TOKENS = 4
+"""Tokens of one answer line `k. i` and its newline: the answer of slot s is (s - 1) x 4 + 2 tokens in."""
+
+
+@dataclass(frozen=True)
+class DesignLayout:
+    """A simulated job of some design: who sits where, what is asked on which line, and how far each
+    question is from its answer in tokens, as the worker would record it."""
+
+    questions: npt.NDArray[np.int64]
+    """Trials x positions: question codes."""
+    clusters: npt.NDArray[np.int64]
+    prompt_keys: npt.NDArray[np.int64]
+    answered: Floats
+    """Trials x positions: 1 where an answer is asked (all, or a probe's one)."""
+    slot: Floats
+    """Trials x positions: the line it is asked on (NaN where not asked)."""
+    lines: Floats
+    distance: Floats
+    """Trials x positions: tokens from the question's end to its answer."""
+    filler: Floats
+    """Per trial: its filler length."""
+
+
+def design_layout(
+    *,
+    n: int,
+    iterations: int,
+    lengths: Floats,
+    rng: np.random.Generator,
+    order: str = "forward",
+    filler: tuple[int, ...] = (0,),
+    where: str = "end",
+    after: int = 0,
+    probe: bool = False,
+) -> DesignLayout:
+    """Plan like `service/planner.py` (each set at every filler length; a random order and a probe position
+    per set, probes balanced in blocks of N) and measure distances like `workers/shard.py`, with question
+    blocks of `lengths[code]` tokens."""
+    questions, clusters, keys, answered, slots, lines, distances, fillers = [], [], [], [], [], [], [], []
+    probes: list[int] = []
+    for iteration in range(iterations):
+        chosen = rng.choice(POOL, size=n, replace=False)
+        if order == "random":
+            asked = list(rng.permutation(n) + 1)
+        elif order == "reverse":
+            asked = list(range(n, 0, -1))
+        else:
+            asked = list(range(1, n + 1))
+        if probe:
+            if iteration % n == 0:
+                probes = list(rng.permutation(n) + 1)
+            asked = [probes[iteration % n]]
+        slot = np.full(n, np.nan)
+        for line, position in enumerate(asked, start=1):
+            slot[position - 1] = line
+        blocks = lengths[chosen] + SEPARATOR_TOKENS
+        after_me = np.cumsum(blocks[::-1])[::-1] - blocks  # tokens of the blocks after each position
+        for length in filler:
+            moved = np.zeros(n)
+            if length and where == "end":
+                moved[:] = length + SEPARATOR_TOKENS
+            elif length and where == "after":
+                moved[:after] = length + SEPARATOR_TOKENS
+            distance = after_me + moved + REQUEST_TOKENS + (np.nan_to_num(slot) - 1) * LINE_TOKENS + 2
+            questions.append(chosen)
+            clusters.append(iteration)
+            keys.append(iteration)
+            answered.append(np.isfinite(slot).astype(np.float64))
+            slots.append(slot)
+            lines.append(float(len(asked)))
+            distances.append(np.where(np.isfinite(slot), distance, np.nan))
+            fillers.append(float(length))
+    return DesignLayout(
+        questions=np.array(questions),
+        clusters=np.array(clusters),
+        prompt_keys=np.array(keys),
+        answered=np.array(answered),
+        slot=np.array(slots),
+        lines=np.array(lines),
+        distance=np.array(distances),
+        filler=np.array(fillers),
+    )
+
+
+def design_truth(spec: FakeSpec, layout: DesignLayout) -> Floats:
+    """The fake's accuracy of every cell (NaN where nothing is asked): its marginal, by `depends_on`."""
+    n = layout.questions.shape[1]
+    position = np.broadcast_to(np.arange(1, n + 1, dtype=np.float64), layout.slot.shape)
+    truth = np.empty(layout.slot.shape)
+    for row in range(truth.shape[0]):
+        truth[row] = spec.accuracy_of(
+            position=position[row],
+            batch_size=n,
+            slot=np.nan_to_num(layout.slot[row], nan=1.0),
+            answers=int(layout.lines[row]),
+            distance=np.nan_to_num(layout.distance[row]),
+        )
+    return np.where(layout.answered > 0, truth, np.nan)
+
+
+def design_answers(
+    spec: FakeSpec, layout: DesignLayout, world: World, *, rng: np.random.Generator
+) -> TrialData:
+    """One job of the design answered by the fake's rule, as `store.trial_data` would hand it over."""
+    truth = design_truth(spec, layout)
+    trials, n = layout.questions.shape
+    correct = latent_correct(
+        np.nan_to_num(truth, nan=0.5),
+        question=world.questions[layout.questions],
+        prompt=world.prompts[layout.prompt_keys][:, None],
+        noise=rng.standard_normal((trials, n)),
+        question_effect=spec.question_effect,
+        prompt_effect=spec.prompt_effect,
+    )
+    sweep = len(set(layout.filler.tolist())) > 1
+    return TrialData.from_arrays(
+        correct.astype(np.float64) * layout.answered,
+        answered=layout.answered,
+        cluster=layout.clusters if sweep else None,
+        questions=layout.questions,
+        keys=[(*map(str, row), f"f{f}") for row, f in zip(layout.questions, layout.filler, strict=True)],
+        slot=layout.slot,
+        distance=layout.distance,
+        filler=layout.filler,
+        lines=layout.lines,
+        cluster_unit="sampled set" if sweep else "trial",
+    )
+
+
+def block_lengths(rng: np.random.Generator) -> Floats:
+    """Tokens of each pool question's block: about MMLU's, QUESTION_TOKENS on average, some much longer."""
+    return np.round(rng.lognormal(np.log(QUESTION_TOKENS) - 0.125, 0.5, POOL))
 
 
 # --- tallies ------------------------------------------------------------------------------------------
@@ -304,12 +447,87 @@ def verdict_checks(
     return run
 
 
+def explain_checks(
+    spec: FakeSpec,
+    *,
+    truth: dict[str, float] | None,
+    info: ModelInfo | None,
+    n: int = 10,
+    iterations: int = 200,
+    resamples: int = 300,
+    **design: object,
+) -> Body:
+    """`posbias explain` on a simulated job of a design: the coverage of each effect's interval where the
+    fake makes the truth a linear function (`truth`: position and slot first to last, distance per 1,000
+    tokens) and, for a cause with none, how often it is called distinguishable from zero; and the window
+    step: how often it is found, and whether its break interval holds the window where the fake steps."""
+    stepped = spec.depends_on is FakeAxis.token_distance and spec.window is not None
+
+    def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
+        layout = design_layout(n=n, iterations=iterations, lengths=block_lengths(rng), rng=rng, **design)  # type: ignore[arg-type]
+        data = design_answers(spec, layout, World.draw(rng, prompts=iterations), rng=rng)
+        found = attribution.explain(data, model="sim", info=info, resamples=resamples, seed=rep)
+        for effect in found.effects:
+            if truth is None or effect.effect is None or effect.name not in truth:
+                continue
+            true = truth[effect.name]
+            if true == 0:
+                t.setdefault(f"{effect.name}: no effect, called one", Tally("0.05")).add(
+                    effect.distinguishable
+                )
+            else:
+                t.setdefault(f"{effect.name} effect, interval", Tally("0.93-0.97")).add(
+                    inside(effect.effect.low, true, effect.effect.high)
+                )
+        step = found.window
+        if info is None or step is None or not step.tested:
+            return
+        if stepped:
+            t.setdefault("window step found", Tally(">= 0.80")).add(step.found)
+            if step.found:
+                t.setdefault("break interval holds the window", Tally(">= 0.95")).add(
+                    bool(step.window_in_interval)
+                )
+        else:
+            t.setdefault("window step: false positives", Tally("<= 0.05")).add(step.found)
+
+    return run
+
+
 LINEAR = FakeSpec(first=0.25, last=0.55)
 EFFECTS = FakeSpec(first=0.25, last=0.55, question_effect=0.3, prompt_effect=0.15)
 U_SHAPE = FakeSpec(curve=(0.6, 0.35, 0.6), question_effect=0.3, prompt_effect=0.15)
 FLAT = FakeSpec(first=0.4, last=0.4, question_effect=0.3, prompt_effect=0.15)
 PARSE = FakeSpec(first=0.25, last=0.55, question_effect=0.3, prompt_effect=0.15, malformed=0.1)
 LOWER = FakeSpec(first=0.3, last=0.5, question_effect=0.3, prompt_effect=0.15)
+
+WINDOW = 600
+"""The simulated model's sliding window: inside it are the last five or so questions of ten, and with 800
+tokens of filler at the end none of them."""
+WINDOWED = ModelInfo(name="sim", num_layers=4, sliding_window=WINDOW, sliding_window_layers=(0, 2))
+SWEEP = {"order": "random", "filler": (0, 800)}
+"""A random answer order and filler at two lengths at the end: position, slot and distance apart."""
+BY_POSITION = FakeSpec(first=0.3, last=0.6, question_effect=0.3, prompt_effect=0.15)
+BY_SLOT = FakeSpec(
+    first=0.3, last=0.6, depends_on=FakeAxis.answer_slot, question_effect=0.3, prompt_effect=0.15
+)
+BY_DISTANCE = FakeSpec(
+    first=0.65,
+    last=0.35,
+    depends_on=FakeAxis.token_distance,
+    distance_span=4000,
+    question_effect=0.3,
+    prompt_effect=0.15,
+)
+"""Linear in distance from 65% at 0 to 35% at 4,000 tokens (past every simulated distance): a smooth decay."""
+BY_STEP = FakeSpec(
+    first=0.65,
+    last=0.35,
+    depends_on=FakeAxis.token_distance,
+    window=WINDOW,
+    question_effect=0.3,
+    prompt_effect=0.15,
+)
 
 SETTINGS = [
     Setting(
@@ -368,6 +586,41 @@ SETTINGS = [
         "verdict-power",
         "a 10-point drop at positions 1-10 of N=50, 100 iterations",
         verdict_checks(EFFECTS, n=50, iterations=100, drop=0.10, drop_positions=10),
+    ),
+    Setting(
+        "explain-position",
+        "explain: position 30%->60%, random order, filler 0/800 at the end, N=10, 200 sets, window 600",
+        explain_checks(
+            BY_POSITION,
+            truth={"position": 0.3, "answer slot": 0.0, "token distance": 0.0},
+            info=WINDOWED,
+            **SWEEP,
+        ),
+    ),
+    Setting(
+        "explain-slot",
+        "explain: answer slot 30%->60%, random order, no filler, N=10, 200 trials, no window",
+        explain_checks(
+            BY_SLOT,
+            truth={"position": 0.0, "answer slot": 0.3, "token distance": 0.0},
+            info=None,
+            order="random",
+        ),
+    ),
+    Setting(
+        "explain-decay",
+        "explain: distance, smooth 65%->35% over 4,000 tokens, as explain-position's design",
+        explain_checks(
+            BY_DISTANCE,
+            truth={"position": 0.0, "answer slot": 0.0, "token distance": -0.3 / 4},
+            info=WINDOWED,
+            **SWEEP,
+        ),
+    ),
+    Setting(
+        "explain-step",
+        "explain: distance, a step 65%->35% at the window (600), as explain-position's design",
+        explain_checks(BY_STEP, truth=None, info=WINDOWED, **SWEEP),
     ),
 ]
 

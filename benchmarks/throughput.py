@@ -1,8 +1,9 @@
 """Throughput benchmark: one fixed set of MMLU trials (constrained answers) answered three ways, side by side
 in one run.
 
-    python benchmarks/throughput.py                      # both default settings, about 4 minutes on 2 cores
+    python benchmarks/throughput.py                      # every default setting, about 6 minutes on 2 cores
     python benchmarks/throughput.py --setting tiny       # only the tiny random model
+    python benchmarks/throughput.py --setting filler --skip-hf   # a filler design (random order, 0/1000)
     python benchmarks/throughput.py --model google/gemma-2-2b-it --batch-size 10 --trials 2000 \\
         --tensor-parallel-size 1 --database-url postgresql+psycopg://...      # any model, on GPUs
 
@@ -24,9 +25,12 @@ printed, and b/a is the median of the per-repeat ratios. (c) runs once, on the f
 Both engines start with the arguments posbias gives `vllm.LLM` (`workers/vllm_engine.py`); on GPUs both share
 one GPU, so each gets `--gpu-memory-utilization` (default 0.4) of it.
 
-Two default settings: `tiny`, a 4-layer random Llama with hidden size 64 built here
-(`workers/tinymodels.py`), where prefill is cheap and posbias's own overhead shows; and `demo`,
-SmolLM2-135M-Instruct, a handful of trials at batch size 5.
+Three default settings: `tiny`, a 4-layer random Llama with hidden size 64 built here
+(`workers/tinymodels.py`), where prefill is cheap and posbias's own overhead shows; `demo`,
+SmolLM2-135M-Instruct, a handful of trials at batch size 5; and `filler`, the tiny model in a design that
+separates the suspects (a random answer order, every set with no filler and with 1,000 filler tokens before
+the answer request). (a) and (c) render with the job's filler and seed, so every way answers the same prompts
+token for token, and ask for the answers in the order each prompt states.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -68,13 +72,26 @@ class Setting:
     """None: the tiny random model, built here."""
     batch_size: int
     trials: int
+    """Iterations: sampled sets (trials, without a filler sweep)."""
     hf_trials: int
+    design: dict[str, Any] = field(default_factory=dict)
+    """Job spec fields of the design (answer order, filler); the default: the seed's."""
 
 
 SETTINGS = {
     "tiny": Setting(name="tiny", model=None, batch_size=10, trials=200, hf_trials=10),
     "demo": Setting(name="demo", model="demo", batch_size=5, trials=10, hf_trials=5),
+    "filler": Setting(
+        name="filler",
+        model=None,
+        batch_size=10,
+        trials=100,
+        hf_trials=10,
+        design={"answer_order": "random", "filler": {"tokens": [0, 1000], "where": "end"}},
+    ),
 }
+"""`filler`: the tiny model, a random answer order and each of 100 sets with no filler and with 1,000 tokens
+of the built-in filler before the answer request (200 trials, about twice the prompt tokens of `tiny`)."""
 
 
 @dataclass(frozen=True)
@@ -133,9 +150,11 @@ def run_raw(llm: Any, spec: JobSpec, trials: Sequence[Trial], questions: dict[st
             template=spec.prompt,
             chat_template=spec.chat_template,
             tokenizer=tokenizer,
+            filler=spec.filler,
+            seed=spec.seed,
         )
         token_ids = list(rendered.token_ids or ())
-        max_tokens = spec.sampling.max_tokens_for(trial.batch_size, answer_mode=spec.answer_mode)
+        max_tokens = spec.sampling.max_tokens_for(len(rendered.asked), answer_mode=spec.answer_mode)
         if len(token_ids) + max_tokens > max_model_len:
             continue  # posbias skips it too
         prompts.append(TokensPrompt(prompt_token_ids=token_ids))
@@ -145,7 +164,9 @@ def run_raw(llm: Any, spec: JobSpec, trials: Sequence[Trial], questions: dict[st
                 top_p=spec.sampling.top_p,
                 max_tokens=max_tokens,
                 logprobs=max(max(rendered.n_options), 5),  # as VllmEngine asks: option probabilities
-                structured_outputs=StructuredOutputsParams(regex=answer_regex(rendered.n_options)),
+                structured_outputs=StructuredOutputsParams(
+                    regex=answer_regex(rendered.n_options, asked=rendered.asked)
+                ),
             )
         )
     rendered_at = time.perf_counter()
@@ -244,9 +265,11 @@ def run_hf(
             template=spec.prompt,
             chat_template=spec.chat_template,
             tokenizer=wrapped,
+            filler=spec.filler,
+            seed=spec.seed,
         )
         ids = torch.tensor([rendered.token_ids], device=model.device)
-        max_tokens = spec.sampling.max_tokens_for(trial.batch_size, answer_mode=AnswerMode.constrained)
+        max_tokens = spec.sampling.max_tokens_for(len(rendered.asked), answer_mode=AnswerMode.constrained)
         generating = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(
@@ -292,6 +315,7 @@ def job_spec(model: str, setting: Setting, options: Options) -> JobSpec:
             "batch_sizes": [setting.batch_size],
             "iterations": setting.trials,
             "answer_mode": "constrained",
+            **setting.design,
             "engine": {
                 "tensor_parallel_size": options.tensor_parallel_size,
                 "gpu_memory_utilization": options.gpu_memory_utilization,
@@ -337,7 +361,8 @@ def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Pa
     trials, questions = prepared.plan.trials, prepared.plan.questions
     print(
         f"\n== {setting.name}: {described}\n   batch size {setting.batch_size}, {len(trials)} trials of "
-        f"{prepared.pool.source}, constrained answers\n   posbias: {len(prepared.plan.shards)} shards of up "
+        f"{prepared.pool.source}, constrained answers;\n   {prepared.spec.describe_design()}\n"
+        f"   posbias: {len(prepared.plan.shards)} shards of up "
         f"to {len(prepared.plan.shards[0].trial_indices)} trials (the planner's default), up to "
         f"{SHARDS_PER_CALL} shards per engine call (workers/pool.py)",
         flush=True,
@@ -476,6 +501,7 @@ def main() -> None:
                     batch_size=args.batch_size or s.batch_size,
                     trials=args.trials or s.trials,
                     hf_trials=args.hf_trials or s.hf_trials,
+                    design=s.design,
                 )
                 for s in chosen
             ]

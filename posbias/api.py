@@ -43,6 +43,7 @@ from posbias.schemas import (
     ShardResult,
     Submitted,
 )
+from posbias.schemas.explanation import Explanation
 from posbias.service import curves as curve_reports
 from posbias.service import database, store
 from posbias.service import jobs as job_store
@@ -287,6 +288,21 @@ def compare(
                 )
             batch_size = sizes.pop()
         return curve_reports.compare(db, qa, qb, batch_size=batch_size)
+
+
+def explain(
+    job_ids: int | Collection[int],
+    *,
+    settings: Settings | None = None,
+    batch_size: int | None = None,
+) -> list[Explanation]:
+    """What moves the curve of a job (or of several jobs of one model, pooled), per batch size: position,
+    answer slot and token distance fitted together (clustered, difficulty adjusted), which of them is
+    distinguishable from zero and which the design cannot tell apart, and for a model with a sliding window
+    whether there is a step at the window. `NotFoundError` when there are no results."""
+    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
+    with _store(_settings(settings)) as db:
+        return curve_reports.explain(db, ids, batch_size=batch_size)
 
 
 def export_results(

@@ -24,9 +24,13 @@ class CurvePoint(Record):
     """
 
     batch_size: int = Field(description="N, questions per prompt.")
-    position: int = Field(description="1-based position (or bin start, for token-distance curves).")
+    position: int = Field(
+        description="1-based position; or the answer slot, the token-distance bin's start or the filler "
+        "length, for curves by those."
+    )
     x: float = Field(
-        description="Where the point is plotted: the position, or the token-distance bin's centre."
+        description="Where the point is plotted: the position (slot, filler length), or the token-distance "
+        "bin's centre."
     )
     n: int = Field(ge=0, description="Answers here, parsed or not.")
     n_parsed: int = Field(ge=0, description="Answers that parsed (status ok).")
@@ -74,7 +78,15 @@ class Curve(Record):
     job_ids: tuple[int, ...] = Field(description="Jobs whose results make up the curve.")
     variant: str = Field(BASELINE, description="The engine configuration that answered (`baseline`, ...).")
     batch_size: int = Field(description="N.")
-    by: str = Field("position", description="`position` or `token-distance`.")
+    by: str = Field(
+        "position", description="`position`, `answer-slot`, `token-distance` or `filler-length`: the x axis."
+    )
+    filler_tokens: int | None = Field(
+        None,
+        description="The filler length of the trials behind the curve, when they all have one (a filler "
+        "sweep gives one curve per length: the rows of its length x position grid); None without filler, "
+        "or pooled over lengths.",
+    )
     points: tuple[CurvePoint, ...] = Field(description="One point per position (or bin), in order.")
     trials: int = Field(0, description="Distinct trials the curve is made of.")
     clusters: int = Field(0, description="Independent clusters among them (trials, or sampled sets).")
@@ -123,10 +135,16 @@ class Curve(Record):
         """One row per point, with the curve's model, revision, variant and batch size as columns."""
         return _frame(
             [
-                {"model": self.model, "revision": self.revision, "variant": self.variant, **p.model_dump()}
+                {
+                    "model": self.model,
+                    "revision": self.revision,
+                    "variant": self.variant,
+                    "filler_tokens": self.filler_tokens,
+                    **p.model_dump(),
+                }
                 for p in self.points
             ],
-            columns=["model", "revision", "variant", *CurvePoint.model_fields],
+            columns=["model", "revision", "variant", "filler_tokens", *CurvePoint.model_fields],
         )
 
 
@@ -194,7 +212,9 @@ class CurveAxis(StrEnum):
     """What a curve's x axis is."""
 
     position = "position"
+    answer_slot = "answer-slot"
     token_distance = "token-distance"
+    filler_length = "filler-length"
 
 
 class CurveQuery(Record):

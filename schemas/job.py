@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -85,10 +86,40 @@ RESERVED_ENGINE_ARGUMENTS = frozenset(
 
 
 class Design(StrEnum):
-    """How questions are assigned to positions across iterations."""
+    """How questions are assigned to positions across iterations, and how many of them are asked."""
 
     random = "random"
     rotation = "rotation"
+    probe = "probe"
+
+
+class AnswerOrder(StrEnum):
+    """The order in which a prompt asks for its answers."""
+
+    forward = "forward"
+    reverse = "reverse"
+    random = "random"
+
+
+class FillerPlace(StrEnum):
+    """Where filler goes in a prompt."""
+
+    before = "before"
+    """Between the instructions and the first question: every question moves away from the prompt's start,
+    none from its answer."""
+    after = "after"
+    """After question k (`FillerSpec.position`): questions 1..k move away from their answers, their
+    positions unchanged."""
+    end = "end"
+    """Between the last question and the answer request: every question moves away from its answer."""
+
+
+class FakeAxis(StrEnum):
+    """What the fake engine's accuracy is a function of."""
+
+    position = "position"
+    answer_slot = "answer-slot"
+    token_distance = "token-distance"
 
 
 class AnswerMode(StrEnum):
@@ -200,6 +231,21 @@ class PromptTemplate(Record):
         description="Last paragraph, after the questions.",
     )
     separator: str = Field("\n\n", description="Text between paragraphs and between questions.")
+    order_instruction: str = Field(
+        "Answer the questions in this order: {order}.",
+        description="Paragraph after the instructions when the answer order is not forward. `{order}` "
+        "becomes the question numbers in the order asked, e.g. `3, 1, 2`.",
+    )
+    probe_instructions: str = Field(
+        "Read the following multiple choice questions. You will be asked to answer one of them, in the "
+        "following format: <question number>. <the index of the correct option ({options})>",
+        description="First paragraph of the probe design, in place of `instructions`.",
+    )
+    probe_request: str = Field(
+        "Answer question {number} only, on one line:",
+        description="Last paragraph of the probe design, in place of `answer_intro`. `{number}` is the "
+        "position asked.",
+    )
 
 
 class SamplingSpec(Record):
@@ -214,16 +260,84 @@ class SamplingSpec(Record):
     )
     seed: Int | None = Field(None, ge=0, le=INT64_MAX, description="Sampling seed for non-greedy decoding.")
 
-    def max_tokens_for(self, batch_size: int, *, answer_mode: AnswerMode) -> int:
-        """The output budget for one prompt of `batch_size` questions.
+    def max_tokens_for(self, answers: int, *, answer_mode: AnswerMode) -> int:
+        """The output budget for one prompt that asks for `answers` answers (its batch size, or 1 for a
+        probe).
 
         An answer line `k. i` is about 4-6 tokens; free-form output gets room for some chatter.
         """
         if self.max_tokens is not None:
             return self.max_tokens
         if answer_mode is AnswerMode.constrained:
-            return 8 * batch_size + 8
-        return 16 * batch_size + 64
+            return 8 * answers + 8
+        return 16 * answers + 64
+
+
+MAX_FILLER_TOKENS = 1_000_000
+MAX_FILLER_FILE_BYTES = 4_000_000
+BUILTIN_FILLER = "builtin"
+
+
+class FillerSpec(Record):
+    """Neutral text of a controlled length, in the model's own tokens, placed in every prompt to move
+    questions away from their answers (or from the prompt's start) without changing their positions."""
+
+    tokens: tuple[Annotated[int, Field(ge=0, le=MAX_FILLER_TOKENS)], ...] = Field(
+        min_length=1,
+        description="Filler lengths in the model's tokens; several sweep length x position: every sampled "
+        "set is shown at each length (0 is the control without filler).",
+    )
+    where: FillerPlace = Field(
+        FillerPlace.end,
+        description="`before` the questions, `after` question `position`, or at the `end`, between the "
+        "questions and the answer request. Filler never splits a question.",
+    )
+    position: int | None = Field(
+        None, ge=1, description="With `where: after`: the question the filler follows (k; below every N)."
+    )
+    source: str = Field(
+        BUILTIN_FILLER,
+        description="`builtin` (plain, repetitive, content-free sentences written for posbias) or a UTF-8 "
+        "text file, read at submit and stored with the job (`text`). Each prompt's filler starts at a "
+        "sentence drawn from the job's seed, the same at every length of one sampled set.",
+    )
+    text: str | None = Field(
+        None,
+        description="The text of `source` when it is a file, as read at submit; leave it unset (posbias "
+        "fills it in).",
+    )
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: Any) -> Any:
+        if isinstance(value, int):
+            return (value,)
+        if isinstance(value, str):
+            try:
+                return tuple(int(part) for part in value.split(",") if part.strip())
+            except ValueError:
+                raise ValueError(
+                    f"filler tokens must be comma-separated integers, e.g. 0,1000,4000 (got {value!r})"
+                ) from None
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _distinct_tokens(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _position_with_after(self) -> Self:
+        if self.where is FillerPlace.after and self.position is None:
+            raise ValueError("filler where `after` needs the question it follows: set filler.position (k)")
+        if self.where is not FillerPlace.after and self.position is not None:
+            raise ValueError("filler.position is only for `where: after`")
+        return self
+
+    @property
+    def builtin(self) -> bool:
+        """True for the built-in neutral text."""
+        return self.source == BUILTIN_FILLER
 
 
 class EngineOptions(Record):
@@ -442,6 +556,24 @@ class FakeSpec(Record):
         description="Accuracy at evenly spaced points from the first position to the last, interpolated "
         "linearly (e.g. [0.6, 0.3, 0.6] is a U); replaces `first` and `last` when given.",
     )
+    depends_on: FakeAxis = Field(
+        FakeAxis.position,
+        description="What the accuracy is a function of: the question's `position`, its `answer-slot` (the "
+        "line it is answered on; `first` is slot 1), or its `token-distance` to its answer (`first` at "
+        "distance 0 or inside `window`, `last` at `distance_span` or beyond `window`).",
+    )
+    window: int | None = Field(
+        None,
+        ge=1,
+        description="A sliding window in tokens, reported as a real model's is (layers 0 and 2 of 4 slide); "
+        "with depends_on token-distance the accuracy steps there, from `first` inside to `last` beyond.",
+    )
+    distance_span: int = Field(
+        4096,
+        ge=1,
+        description="With depends_on token-distance and no window: the distance (tokens) over which the "
+        "curve runs from its first point to its last (constant beyond).",
+    )
     question_effect: float = Field(
         0.0, ge=0.0, lt=1.0, description="Share of the latent variance shared by answers to one question."
     )
@@ -472,12 +604,45 @@ class FakeSpec(Record):
         return self
 
     def accuracy(self, position: int, batch_size: int) -> float:
-        """True probability of a correct answer at 1-based `position` in a prompt of `batch_size`."""
+        """True probability of a correct answer at 1-based `position` in a prompt of `batch_size` (for a
+        fake that depends on position; `accuracy_of` for any)."""
         where = 0.0 if batch_size <= 1 else (position - 1) / (batch_size - 1)
         points = self.curve if self.curve is not None else (self.first, self.last)
         if batch_size <= 1:
             return points[0]
         return float(np.interp(where, np.linspace(0.0, 1.0, len(points)), points))
+
+    def accuracy_of(
+        self,
+        *,
+        position: Any,
+        batch_size: int,
+        slot: Any = None,
+        answers: int | None = None,
+        distance: Any = None,
+    ) -> Any:
+        """True probability of a correct answer, by `depends_on`: at `position` of `batch_size`, at answer
+        `slot` of `answers` lines, or at token `distance`. Takes numbers or numpy arrays alike."""
+        points = np.asarray(self.curve if self.curve is not None else (self.first, self.last))
+        if self.depends_on is FakeAxis.position:
+            along, count = position, batch_size
+        elif self.depends_on is FakeAxis.answer_slot:
+            if slot is None or answers is None:
+                raise ValueError("a fake that depends on the answer slot needs each answer's slot")
+            along, count = slot, answers
+        else:
+            if distance is None:
+                raise ValueError("a fake that depends on token distance needs each answer's distance")
+            d = np.asarray(distance, dtype=np.float64)
+            if self.window is not None:
+                found = np.where(d < self.window, points[0], points[-1])
+            else:
+                found = np.interp(d / self.distance_span, np.linspace(0.0, 1.0, len(points)), points)
+            return float(found) if found.ndim == 0 else found
+        x = np.asarray(along, dtype=np.float64)
+        where = np.zeros_like(x) if count <= 1 else (x - 1) / (count - 1)
+        found = np.interp(where, np.linspace(0.0, 1.0, len(points)), points)
+        return float(found) if found.ndim == 0 else found
 
 
 class JobSpec(Record):
@@ -519,12 +684,23 @@ class JobSpec(Record):
     design: Design = Field(
         Design.random,
         description="`random`: each trial samples N distinct questions. `rotation`: each sampled set is "
-        "shown N times, rotated so every question sits at every position once (N times the cost).",
+        "shown N times, rotated so every question sits at every position once (N times the cost). "
+        "`probe`: each prompt shows N questions and asks for the answer to one, every position asked "
+        "equally often (iterations a multiple of every batch size).",
     )
     answer_mode: AnswerMode = Field(
         AnswerMode.free,
         description="`free`: the model writes freely and a tolerant parser reads it. `constrained`: "
         "decoding is restricted to exactly N lines `k. i`.",
+    )
+    answer_order: AnswerOrder = Field(
+        AnswerOrder.forward,
+        description="The order the answers are asked in: `forward` (1..N, the seed's), `reverse` (N..1) or "
+        "`random` (a per-set order drawn from the seed, stated in the instructions and stored with each "
+        "trial). Constrained decoding follows it; every result stores its answer slot.",
+    )
+    filler: FillerSpec | None = Field(
+        None, description="Neutral filler of controlled token lengths (see FillerSpec); none when unset."
     )
     shuffle_choices: bool = Field(
         False, description="Shuffle each question's options per trial; the permutation is stored."
@@ -671,9 +847,52 @@ class JobSpec(Record):
             return self.fake
         return FakeSpec.model_validate({**self.fake.model_dump(), **variant.fake})
 
+    @model_validator(mode="after")
+    def _check_design(self) -> Self:
+        if self.design is Design.probe:
+            if self.answer_order is not AnswerOrder.forward:
+                raise ValueError("the probe design asks for one answer: leave answer_order forward")
+            uneven = [n for n in self.batch_sizes if self.iterations % n]
+            if uneven:
+                raise ValueError(
+                    f"the probe design asks every position equally often: iterations ({self.iterations}) "
+                    f"must be a multiple of every batch size (not of {uneven}), e.g. {_lcm(self.batch_sizes)}"
+                )
+        if self.filler is not None and self.filler.position is not None:
+            short = [n for n in self.batch_sizes if n <= self.filler.position]
+            if short:
+                raise ValueError(
+                    f"filler after question {self.filler.position}: batch sizes {short} have no question "
+                    "after it; lower filler.position or drop those batch sizes"
+                )
+        return self
+
+    @property
+    def filler_lengths(self) -> tuple[int, ...]:
+        """The filler lengths every sampled set is shown at: (0,) without filler."""
+        return self.filler.tokens if self.filler is not None else (0,)
+
+    def describe_design(self) -> str:
+        """The design in words, e.g. `random design, answers in random order, filler 0/512 tokens at the
+        end (builtin)`."""
+        words = [f"{self.design.value} design"]
+        if self.answer_order is not AnswerOrder.forward:
+            words.append(f"answers in {self.answer_order.value} order")
+        if self.filler is not None:
+            place = {
+                FillerPlace.before: "before the questions",
+                FillerPlace.after: f"after question {self.filler.position}",
+                FillerPlace.end: "before the answer request",
+            }[self.filler.where]
+            lengths = "/".join(str(t) for t in self.filler.tokens)
+            source = "built-in text" if self.filler.builtin else Path(self.filler.source).name
+            words.append(f"filler {lengths} tokens {place} ({source})")
+        return ", ".join(words)
+
     def trials_per_batch_size(self, batch_size: int) -> int:
         """Prompts this spec renders at one batch size, for each variant."""
-        return self.iterations * (batch_size if self.design is Design.rotation else 1)
+        rotations = batch_size if self.design is Design.rotation else 1
+        return self.iterations * rotations * len(self.filler_lengths)
 
     @property
     def total_trials(self) -> int:
@@ -681,11 +900,20 @@ class JobSpec(Record):
         return len(self.runs) * sum(self.trials_per_batch_size(n) for n in self.batch_sizes)
 
     def spec_hash(self) -> str:
-        """A short stable digest of the spec: the same spec gives the same hash on any machine."""
+        """A short stable digest of the spec: the same spec gives the same hash on any machine. Fields added
+        after jobs were stored are left out while at their defaults, so a stored job's spec keeps its hash
+        (its idempotency key still names it)."""
         data = self.model_dump(mode="json")
         data["engine"] = self.engine.identity()
         if not data["variants"]:
-            del data["variants"]  # so specs written before variants existed keep their hash
+            del data["variants"]
+        for path in _LATER_FIELDS:
+            *parents, key = path
+            where = data
+            for part in parents:
+                where = where[part]
+            if where.get(key) == _default_at(path):
+                del where[key]
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -859,6 +1087,31 @@ def _yaml12_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
 
 
 _SpecLoader.add_constructor(_INT, _yaml12_int)
+
+
+_LATER_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("answer_order",),
+    ("filler",),
+    ("prompt", "order_instruction"),
+    ("prompt", "probe_instructions"),
+    ("prompt", "probe_request"),
+    ("fake", "depends_on"),
+    ("fake", "window"),
+    ("fake", "distance_span"),
+)
+"""Fields (as paths in the dumped spec) added after jobs were first stored; see `JobSpec.spec_hash`."""
+
+
+def _default_at(path: tuple[str, ...]) -> object:
+    model: Any = JobSpec
+    for part in path[:-1]:
+        model = model.model_fields[part].default_factory
+    default = model.model_fields[path[-1]].default
+    return default.value if isinstance(default, StrEnum) else default
+
+
+def _lcm(values: tuple[int, ...]) -> int:
+    return math.lcm(*values)
 
 
 class RotationCostWarning(UserWarning):

@@ -160,6 +160,27 @@ class BatchSizeEstimate(Record):
     max_prompt_tokens: int = Field(description="Longest prompt of the sample, in tokens.")
 
 
+class DesignEstimate(Record):
+    """What one batch size and filler length of a job's design send, and the token distances it covers."""
+
+    batch_size: int = Field(description="N.")
+    filler_tokens: int = Field(description="Filler length (0: none).")
+    trials: int = Field(description="Prompts at this batch size and filler length.")
+    mean_prompt_tokens: float = Field(description="Mean prompt length in tokens (of a sample of prompts).")
+    max_prompt_tokens: int = Field(description="Longest prompt of the sample, in tokens.")
+    min_distance: int | None = Field(
+        None,
+        description="Shortest token distance from a question's end to its answer over the sample, with the "
+        "answers on the lines the design asks for (exact for constrained answers); None if not known.",
+    )
+    max_distance: int | None = Field(None, description="Longest such distance.")
+    past_window: float | None = Field(
+        None,
+        description="Share of the sample's answers whose question is beyond the model's sliding window "
+        "(distance >= window); None for a model without one (or not known here).",
+    )
+
+
 class DryRun(Record):
     """What a job would do, without enqueueing it."""
 
@@ -185,6 +206,13 @@ class DryRun(Record):
         None, description="openai: the endpoint's capabilities, the mode the job would use, its token bound."
     )
     max_job_tokens: int | None = Field(None, description="openai: the job's cost guard, when it has one.")
+    design: str = Field("", description="The design in words: trials, answer order, probe, filler.")
+    sliding_window: int | None = Field(
+        None, description="The model's sliding window in tokens; None without one or when not known here."
+    )
+    designs: tuple[DesignEstimate, ...] = Field(
+        (), description="Per batch size and filler length: prompt lengths and the token distances covered."
+    )
 
     @property
     def total_prompt_tokens(self) -> int:

@@ -16,6 +16,7 @@ from posbias.schemas.job import (
     ChatTemplateUse,
     EngineOptions,
     FakeSpec,
+    FillerSpec,
     PromptTemplate,
     SamplingSpec,
 )
@@ -53,6 +54,21 @@ class Trial(Record):
         description="The variant (engine configuration) that answers this trial; every variant of a job "
         "answers the same trials.",
     )
+    answer_order: tuple[int, ...] | None = Field(
+        None,
+        description="Positions in the order their answers are asked (the instructions state it); None for "
+        "forward order, 1..N.",
+    )
+    probe: int | None = Field(
+        None, ge=1, description="Probe design: the one position whose answer is asked; None otherwise."
+    )
+    filler_tokens: int = Field(0, ge=0, description="Length of the prompt's filler in tokens (0: none).")
+
+    def asked(self) -> tuple[int, ...]:
+        """The positions whose answers the prompt asks for, in the order it asks them."""
+        if self.probe is not None:
+            return (self.probe,)
+        return self.answer_order or tuple(range(1, self.batch_size + 1))
 
 
 class PlannedShard(Record):
@@ -108,7 +124,8 @@ class ShardSpec(Record):
     prompt: PromptTemplate = Field(description="Prompt wording.")
     chat_template: ChatTemplateUse = Field(description="Whether to wrap the prompt in a chat template.")
     sampling: SamplingSpec = Field(description="Decoding settings.")
-    seed: int = Field(description="Job seed; the fake engine derives its randomness from it.")
+    seed: int = Field(description="Job seed; the fake engine and the filler derive their randomness from it.")
+    filler: FillerSpec | None = Field(None, description="The job's filler, when it has one.")
     trials: tuple[Trial, ...] = Field(description="Trials to run, in order.")
     questions: dict[str, Question] = Field(description="Every question the trials use, by id.")
     token_budget: int | None = Field(
@@ -160,6 +177,12 @@ class QuestionResult(Record):
     question_token_end: int | None = Field(
         None, description="Index one past the question's last token in the prompt."
     )
+    answer_slot: int | None = Field(
+        None,
+        ge=1,
+        description="1-based index of this position's line among the output's answer lines (its first line "
+        "when answered twice); equals the position only in forward order. None when no line answers it.",
+    )
     answer_token_index: int | None = Field(
         None, description="Index in the output of the token carrying this position's option number."
     )
@@ -167,6 +190,16 @@ class QuestionResult(Record):
         None,
         description="Tokens from the end of the question to its answer token: (prompt length - "
         "question end) + answer token index.",
+    )
+    in_window: bool | None = Field(
+        None,
+        description="The question's last token is inside the model's sliding window as seen from the "
+        "position that produced the answer token (token_distance < window); None without a window.",
+    )
+    visible_layers: int | None = Field(
+        None,
+        description="Layers that can attend to the question's last token from there: every global layer, "
+        "and the sliding ones when in_window; None when the layers or the distance are not known.",
     )
     option_probs: tuple[float, ...] | None = Field(
         None,
@@ -188,6 +221,12 @@ class TrialResult(Record):
     prompt_tokens: int | None = Field(None, description="Prompt length in tokens.")
     output_tokens: int | None = Field(None, description="Output length in tokens.")
     output_text: str | None = Field(None, description="The model's raw output.")
+    filler_token_start: int | None = Field(
+        None, description="Index of the filler's first token in the prompt; None without filler."
+    )
+    filler_token_end: int | None = Field(
+        None, description="One past the filler's last token (end - start: its length as the model saw it)."
+    )
 
 
 class ModelInfo(Record):

@@ -20,6 +20,7 @@ by simulation with the fake engine's model of answers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,14 @@ class TrialRow(NamedTuple):
     """True when the trial's job used the rotation design: its sampled set is its cluster."""
     n_options: Sequence[int] | None = None
     """Options per position, when known (for the chance line)."""
+    answer_order: Sequence[int] | None = None
+    """Positions in the order asked; None for forward order."""
+    probe: int | None = None
+    """The probe design's asked position; None otherwise."""
+    filler_tokens: int = 0
+    """The prompt's filler length."""
+    set_cluster: bool = False
+    """True when its job showed each sampled set several times (a filler sweep): the set is its cluster."""
 
 
 class ResultRow(NamedTuple):
@@ -70,6 +79,8 @@ class ResultRow(NamedTuple):
     parsed: bool
     correct: bool
     gold_prob: float | None = None
+    answer_slot: int | None = None
+    token_distance: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,15 @@ class TrialData:
     """Trials left out of a pool because an earlier job had the same content."""
     cluster_unit: str = "trial"
     chance: float | None = None
+    slot: Floats | None = None
+    """Trials x positions: the answer's line in the output (the line the design asked it on, for a missing
+    answer); NaN where there is no answer. None when not known (then slot = position)."""
+    distance: Floats | None = None
+    """Trials x positions: tokens from the question's end to its answer; NaN where not recorded."""
+    filler: Floats | None = None
+    """Per trial, its filler length in tokens (None: none anywhere)."""
+    lines: Floats | None = None
+    """Per trial, the answers it asks for: N, or 1 under the probe design (None: N)."""
 
     @property
     def trials(self) -> int:
@@ -115,27 +135,44 @@ class TrialData:
         questions: npt.ArrayLike | None = None,
         keys: Sequence[tuple[str, ...]] | None = None,
         chance: float | None = None,
+        answered: npt.ArrayLike | None = None,
+        slot: npt.ArrayLike | None = None,
+        distance: npt.ArrayLike | None = None,
+        filler: npt.ArrayLike | None = None,
+        lines: npt.ArrayLike | None = None,
+        cluster_unit: str = "trial",
     ) -> TrialData:
-        """From a trials x positions array of correctness (simulations, tests). `parsed` defaults to all;
-        `correct` is zeroed where an answer did not parse; `cluster` defaults to one per trial."""
+        """From a trials x positions array of correctness (simulations, tests). `parsed` defaults to all
+        (`answered` to all); `correct` is zeroed where an answer did not parse; `cluster` defaults to one per
+        trial; `slot`, `distance`, `filler` and `lines` as the fields are."""
         right = np.asarray(correct, dtype=np.float64)
-        ok = np.ones_like(right) if parsed is None else np.asarray(parsed, dtype=np.float64)
+        asked = np.ones_like(right) if answered is None else np.asarray(answered, dtype=np.float64)
+        ok = asked.copy() if parsed is None else np.asarray(parsed, dtype=np.float64) * asked
         trials, n = right.shape
         codes = (
             np.asarray(questions, dtype=np.int64)
             if questions is not None
             else np.arange(trials * n, dtype=np.int64).reshape(trials, n)
         )
+
+        def optional(values: npt.ArrayLike | None) -> Floats | None:
+            return None if values is None else np.asarray(values, dtype=np.float64)
+
         return cls(
             batch_size=n,
             correct=right * ok,
             parsed=ok,
-            answered=np.ones_like(right),
+            answered=asked,
             cluster=_codes(np.asarray(cluster).tolist() if cluster is not None else range(trials)),
             keys=tuple(keys) if keys is not None else tuple((f"t{t}",) for t in range(trials)),
             questions=codes,
             gold_prob=np.full_like(right, np.nan),
             chance=chance,
+            cluster_unit=cluster_unit,
+            slot=optional(slot),
+            distance=optional(distance),
+            filler=optional(filler),
+            lines=optional(lines),
         )
 
     @classmethod
@@ -161,11 +198,32 @@ class TrialData:
         job_id: int = 0,
     ) -> TrialData:
         """From a worker's results (a `ShardResult`'s) and the trials they answer, without a store."""
+        sweep = len({t.filler_tokens for t in trials}) > 1
         rows = [
-            TrialRow(t.index, job_id, t.iteration, t.question_ids, t.choice_orders, rotation) for t in trials
+            TrialRow(
+                t.index,
+                job_id,
+                t.iteration,
+                t.question_ids,
+                t.choice_orders,
+                rotation,
+                answer_order=t.answer_order,
+                probe=t.probe,
+                filler_tokens=t.filler_tokens,
+                set_cluster=sweep,
+            )
+            for t in trials
         ]
         answers = [
-            ResultRow(r.trial_index, r.position, r.parse_status is ParseStatus.ok, r.correct, r.gold_prob)
+            ResultRow(
+                r.trial_index,
+                r.position,
+                r.parse_status is ParseStatus.ok,
+                r.correct,
+                r.gold_prob,
+                answer_slot=r.answer_slot,
+                token_distance=r.token_distance,
+            )
             for r in results
         ]
         n = trials[0].batch_size if trials else 0
@@ -178,9 +236,10 @@ class TrialData:
         *,
         batch_size: int,
     ) -> TrialData:
-        """The trials of several jobs, each distinct trial once: a trial whose questions, order and options
-        an earlier job (by id) already showed adds no information (greedy decoding answers it the same
-        way; sampling answers it with the same questions), so it is left out and counted in `duplicates`."""
+        """The trials of several jobs, each distinct trial once: a trial whose questions, order, options and
+        design (answer order, probe, filler length) an earlier job (by id) already showed adds no information
+        (greedy decoding answers it the same way; sampling answers it with the same questions), so it is left
+        out and counted in `duplicates`."""
         seen: set[tuple[object, ...]] = set()
         kept: list[tuple[TrialRow, list[ResultRow]]] = []
         duplicates = 0
@@ -189,6 +248,9 @@ class TrialData:
                 content = (
                     tuple(trial.question_ids),
                     None if trial.choice_orders is None else tuple(map(tuple, trial.choice_orders)),
+                    None if trial.answer_order is None else tuple(trial.answer_order),
+                    trial.probe,
+                    trial.filler_tokens,
                 )
                 if content in seen:
                     duplicates += 1
@@ -201,6 +263,10 @@ class TrialData:
         parsed = np.zeros((t, n))
         answered = np.zeros((t, n))
         gold = np.full((t, n), np.nan)
+        slot = np.full((t, n), np.nan)
+        distance = np.full((t, n), np.nan)
+        filler = np.zeros(t)
+        lines = np.full(t, float(n))
         vocabulary: dict[str, int] = {}
         questions = np.zeros((t, n), dtype=np.int64)
         clusters: list[tuple[int, int, int]] = []
@@ -208,6 +274,12 @@ class TrialData:
         for row, (trial, results) in enumerate(kept):
             for column, qid in enumerate(trial.question_ids[:n]):
                 questions[row, column] = vocabulary.setdefault(qid, len(vocabulary))
+            asked = (
+                (trial.probe,) if trial.probe is not None else tuple(trial.answer_order or range(1, n + 1))
+            )
+            intended = {position: index for index, position in enumerate(asked, start=1)}
+            filler[row] = trial.filler_tokens
+            lines[row] = len(asked)
             for r in results:
                 c = r.position - 1
                 answered[row, c] = 1.0
@@ -215,28 +287,63 @@ class TrialData:
                 correct[row, c] = float(r.parsed and r.correct)
                 if r.gold_prob is not None:
                     gold[row, c] = r.gold_prob
+                line = r.answer_slot if r.answer_slot is not None else intended.get(r.position)
+                if line is not None:
+                    slot[row, c] = line
+                if r.token_distance is not None:
+                    distance[row, c] = r.token_distance
             clusters.append(
                 (trial.job_id, trial.iteration, -1)
-                if trial.rotation_design
+                if trial.rotation_design or trial.set_cluster
                 else (trial.job_id, -1, trial.trial_id)
             )
             if trial.n_options:
                 options.extend(1.0 / k for k in trial.n_options)
-        rotation = any(trial.rotation_design for trial, _ in kept)
+        rotation = any(trial.rotation_design or trial.set_cluster for trial, _ in kept)
         return cls(
             batch_size=n,
             correct=correct,
             parsed=parsed,
             answered=answered,
             cluster=_codes(clusters),
-            keys=tuple(tuple(trial.question_ids) for trial, _ in kept),
+            keys=tuple(_key(trial) for trial, _ in kept),
             questions=questions,
             gold_prob=gold,
             jobs=tuple(job for job, _, _ in jobs),
             duplicates=duplicates,
             cluster_unit="sampled set" if rotation else "trial",
             chance=float(np.mean(options)) if options else None,
+            slot=slot,
+            distance=distance,
+            filler=filler if filler.any() else None,
+            lines=lines,
         )
+
+    def subset(self, rows: npt.ArrayLike) -> TrialData:
+        """The trials at `rows` (indices or a boolean mask), their clusters renumbered."""
+        index = np.arange(self.trials)[np.asarray(rows)]
+
+        def take(values: Floats | None) -> Floats | None:
+            return None if values is None else values[index]
+
+        return dataclasses.replace(
+            self,
+            correct=self.correct[index],
+            parsed=self.parsed[index],
+            answered=self.answered[index],
+            cluster=_codes(self.cluster[index]),
+            keys=tuple(self.keys[i] for i in index) if self.keys else (),
+            questions=self.questions[index],
+            gold_prob=self.gold_prob[index],
+            slot=take(self.slot),
+            distance=take(self.distance),
+            filler=take(self.filler),
+            lines=take(self.lines),
+        )
+
+    def filler_levels(self) -> list[int]:
+        """The filler lengths of its trials, in order ([0] without filler)."""
+        return [0] if self.filler is None else sorted({int(f) for f in self.filler})
 
     def cluster_sums(self) -> tuple[Floats, Floats, Floats]:
         """Per cluster and position: correct, parsed and answered counts (clusters x positions)."""
@@ -245,6 +352,13 @@ class TrialData:
             _sum_by(self.cluster, self.parsed),
             _sum_by(self.cluster, self.answered),
         )
+
+
+def _key(trial: TrialRow) -> tuple[str, ...]:
+    """What matching compares: the questions in order, and the filler length when there is filler (the
+    lengths of one sampled set are different trials; its answer orders are not)."""
+    ids = tuple(trial.question_ids)
+    return ids if not trial.filler_tokens else (*ids, f"filler:{trial.filler_tokens}")
 
 
 def _codes(values: Iterable[object]) -> Ints:
@@ -564,21 +678,12 @@ def position_regression(data: TrialData) -> tuple[Interval, Interval] | None:
         return None
     y = data.correct[rows, cols]
     relative = cols / (n - 1)
-    # Each answer's question, as seen in its other answers, net of where those were: residuals from the
-    # position means, so the covariate carries difficulty and not position (under rotation a question's
-    # other answers are at every other position, and their raw mean would move with this one's position).
-    means = np.bincount(cols, weights=y, minlength=n) / np.maximum(np.bincount(cols, minlength=n), 1)
-    residual = y - means[cols]
-    codes = data.questions[rows, cols]
-    s_q = np.bincount(codes, weights=residual)
-    n_q = np.bincount(codes).astype(np.float64)
-    prior = 2.0
-    difficulty = (s_q[codes] - residual) / (n_q[codes] - 1 + prior)
+    adjust = difficulty(data, rows, cols)
     columns = [np.ones_like(y), relative]
     # Under rotation each question is at every position of its set once: difficulty is balanced over
     # positions by design, and the covariate would add only its noise (wider intervals, by simulation).
-    if data.cluster_unit == "trial" and np.ptp(difficulty) > 0:
-        columns.append(difficulty)
+    if data.cluster_unit == "trial" and np.ptp(adjust) > 0:
+        columns.append(adjust)
     design = np.column_stack(columns)
     if np.ptp(relative) == 0:
         return None
@@ -587,6 +692,23 @@ def position_regression(data: TrialData) -> tuple[Interval, Interval] | None:
     low, high = (float(v) for v in fit.conf_int(alpha=1 - LEVEL)[1])
     per = Interval(estimate=effect / (n - 1), low=low / (n - 1), high=high / (n - 1))
     return per, Interval(estimate=effect, low=low, high=high)
+
+
+def difficulty(data: TrialData, rows: Ints, cols: Ints) -> Floats:
+    """Per answer at (`rows`, `cols`), its question's difficulty as seen in the question's other answers,
+    net of where those were: their residuals from the position means (so the covariate carries difficulty
+    and not position: under rotation a question's other answers are at every other position, and their raw
+    mean would move with this one's position), shrunk towards 0 (a question seen once adds nothing)."""
+    n = data.batch_size
+    y = data.correct[rows, cols]
+    means = np.bincount(cols, weights=y, minlength=n) / np.maximum(np.bincount(cols, minlength=n), 1)
+    residual = y - means[cols]
+    codes = data.questions[rows, cols]
+    s_q = np.bincount(codes, weights=residual)
+    n_q = np.bincount(codes).astype(np.float64)
+    prior = 2.0
+    found: Floats = (s_q[codes] - residual) / (n_q[codes] - 1 + prior)
+    return found
 
 
 def shape_test(data: TrialData, *, permutations: int = PERMUTATIONS, seed: int = 0) -> float | None:
@@ -631,8 +753,11 @@ def build_curve(
     resamples: int = BOOTSTRAP_RESAMPLES,
     permutations: int = PERMUTATIONS,
     seed: int = 0,
+    by: str = "position",
+    filler_tokens: int | None = None,
 ) -> Curve:
-    """The curve by position of `data`, with every summary (see the module's docstring)."""
+    """The curve by position of `data` (or, with `by="answer-slot"`, of `slot_view(data)`: its columns are
+    then slots), with every summary (see the module's docstring)."""
     found = points(data)
     summaries: dict[str, Any] = {}  # Curve fields
     if data.trials and data.batch_size > 1:
@@ -651,6 +776,109 @@ def build_curve(
         revision=revision,
         job_ids=data.jobs,
         batch_size=data.batch_size,
+        by=by,
+        filler_tokens=filler_tokens,
+        points=tuple(found),
+        trials=data.trials,
+        clusters=data.clusters,
+        cluster_unit=data.cluster_unit,
+        duplicate_trials=data.duplicates,
+        chance=data.chance,
+        **summaries,
+    )
+
+
+# --- answer slots and filler lengths ------------------------------------------------------------------
+
+
+def slot_view(data: TrialData) -> TrialData:
+    """`data` with its columns rearranged by answer slot: column s - 1 holds, per trial, the answer given on
+    line s (a missing answer on the line the design asked it on, unless another answer took that line).
+    Forward order leaves it as it is; under the probe design everything is in slot 1."""
+    if data.slot is None:
+        return data
+    shape = data.correct.shape
+    moved = [np.zeros(shape) for _ in range(3)]
+    gold = np.full(shape, np.nan)
+    questions = np.zeros(shape, dtype=np.int64)
+    distance = np.full(shape, np.nan)
+    rows, cols = np.nonzero(data.answered > 0)
+    slots = data.slot[rows, cols]
+    # Answers that have a line first, so a missing answer never displaces one that was given.
+    placed = sorted(range(rows.size), key=lambda i: (data.parsed[rows[i], cols[i]] == 0, i))
+    taken = np.zeros(shape, dtype=bool)
+    for i in placed:
+        r, c, s = rows[i], cols[i], slots[i]
+        if not np.isfinite(s) or not 1 <= s <= shape[1] or taken[r, int(s) - 1]:
+            continue
+        target = int(s) - 1
+        taken[r, target] = True
+        for out, values in zip(moved, (data.correct, data.parsed, data.answered), strict=True):
+            out[r, target] = values[r, c]
+        gold[r, target] = data.gold_prob[r, c]
+        questions[r, target] = data.questions[r, c]
+        if data.distance is not None:
+            distance[r, target] = data.distance[r, c]
+    return dataclasses.replace(
+        data,
+        correct=moved[0],
+        parsed=moved[1],
+        answered=moved[2],
+        gold_prob=gold,
+        questions=questions,
+        slot=np.where(taken, np.arange(1, shape[1] + 1, dtype=np.float64), np.nan),
+        distance=distance,
+    )
+
+
+def filler_curve(
+    data: TrialData,
+    *,
+    model: str,
+    revision: str | None = None,
+    band: bool = True,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Curve:
+    """Accuracy by filler length (every position pooled): one point per length, its interval clustered
+    (a trial gives all its answers to its length, and a sampled set its answers to every length), the band
+    over lengths, and the contrast of the longest minus the shortest."""
+    levels = data.filler_levels()
+    filler = data.filler if data.filler is not None else np.zeros(data.trials)
+    column = np.searchsorted(levels, filler).astype(np.int64)
+    shape = (data.trials, len(levels))
+    sums = [np.zeros(shape) for _ in range(3)]
+    for out, values in zip(sums, (data.correct, data.parsed, data.answered), strict=True):
+        out[np.arange(data.trials), column] = values.sum(axis=1)
+    gold = np.full(shape, np.nan)
+    with np.errstate(invalid="ignore"):
+        gold[np.arange(data.trials), column] = np.nanmean(
+            np.where(data.answered > 0, data.gold_prob, np.nan), axis=1
+        )
+    pooled = dataclasses.replace(
+        data,
+        batch_size=data.batch_size,
+        correct=sums[0],
+        parsed=sums[1],
+        answered=sums[2],
+        gold_prob=gold,
+        questions=np.zeros(shape, dtype=np.int64),
+        slot=None,
+        distance=None,
+    )
+    found = [p.model_copy(update={"batch_size": data.batch_size}) for p in points(pooled, columns=levels)]
+    summaries: dict[str, Any] = {}
+    if band and len(levels) > 1 and data.trials:
+        resampled = single(pooled, resamples=resamples).accuracy()
+        summaries["contrast"] = contrast(resampled, df=data.clusters - 1)
+        found = with_band(
+            found, resampled, columns=[levels.index(p.position) for p in found], df=data.clusters - 1
+        )
+    return Curve(
+        model=model,
+        revision=revision,
+        job_ids=data.jobs,
+        batch_size=data.batch_size,
+        by="filler-length",
         points=tuple(found),
         trials=data.trials,
         clusters=data.clusters,

@@ -8,8 +8,10 @@ Gemma 3 4B+) and refuses to start when one sequence that long does not fit the K
 Counting every prompt of a job exactly would tokenize it whole (a million tokens for the default job: seconds
 here, minutes for big jobs), so each question's block is tokenized once and a prompt is bounded by its
 blocks, `SLACK` tokens a block for its number and its joins, and the text around them (measured on the
-prompt with the largest bound, rendered exactly). Only a batch size whose bound does not fit the model is
-counted prompt by prompt, so a refusal is always for a prompt that really is too long.
+prompt with the largest bound, rendered exactly). The text around the questions is measured per batch size
+and filler length (filler is part of it, in the model's tokens), so a job that sweeps filler lengths is sized
+by its longest filler. Only a group whose bound does not fit the model is counted prompt by prompt, so a
+refusal is always for a prompt that really is too long.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Longest:
     answer_tokens: int
     counted: bool
     """True when counted with the model's tokenizer; False for the characters estimate."""
+    filler_tokens: int = 0
+    """The filler length of that prompt."""
 
     @property
     def tokens(self) -> int:
@@ -67,21 +71,21 @@ def longest_prompt(
     trials. A bound (see the module's docstring), except where the bound exceeds `budget` (the context
     there is to fit in): there every prompt of the batch size is counted exactly, so that a job is refused
     only for a prompt that really does not fit."""
-    by_size: dict[int, list[Trial]] = {}
+    groups: dict[tuple[int, int], list[Trial]] = {}
     for trial in plan.trials:
-        by_size.setdefault(trial.batch_size, []).append(trial)
+        groups.setdefault((trial.batch_size, trial.filler_tokens), []).append(trial)
     blocks = _block_tokens(spec, plan, tokenizer=tokenizer) if tokenizer is not None else {}
     longest: Longest | None = None
-    for batch_size, trials in sorted(by_size.items()):
-        answers = spec.sampling.max_tokens_for(batch_size, answer_mode=spec.answer_mode)
+    for (batch_size, filler), trials in sorted(groups.items()):
+        answers = spec.sampling.max_tokens_for(len(trials[0].asked()), answer_mode=spec.answer_mode)
         if tokenizer is None:
             chars = max(len(_render(spec, plan, trial, tokenizer=None).text) for trial in trials)
-            found = Longest(batch_size, math.ceil(chars / CHARS_PER_TOKEN), answers, counted=False)
+            found = Longest(batch_size, math.ceil(chars / CHARS_PER_TOKEN), answers, False, filler)
         else:
             prompt = _longest_counted(spec, plan, trials, blocks, tokenizer)
             if budget is not None and prompt + answers > budget:
                 prompt = max(len(_render(spec, plan, t, tokenizer=tokenizer).token_ids or ()) for t in trials)
-            found = Longest(batch_size, prompt, answers, counted=True)
+            found = Longest(batch_size, prompt, answers, True, filler)
         if longest is None or found.tokens > longest.tokens:
             longest = found
     return longest
@@ -97,14 +101,16 @@ def context_for(spec: JobSpec, *, longest: Longest | None, model_limit: int | No
             "lower it or leave it unset"
         )
     if longest is not None and longest.counted:
+        filler = f" with {longest.filler_tokens:,} filler tokens" if longest.filler_tokens else ""
         where = (
-            f"the longest prompt at batch size {longest.batch_size} is {longest.prompt_tokens:,} tokens plus "
-            f"{longest.answer_tokens:,} for the answers"
+            f"the longest prompt at batch size {longest.batch_size}{filler} is {longest.prompt_tokens:,} "
+            f"tokens plus {longest.answer_tokens:,} for the answers"
         )
         if model_limit is not None and longest.tokens > model_limit:
             raise PosbiasError(
                 f"{where}, more than the model's context of {model_limit:,} tokens; use smaller batch sizes "
-                f"(the largest is {longest.batch_size}), fewer answer tokens or a model with a longer context"
+                f"(the largest is {longest.batch_size}), less filler, fewer answer tokens or a model with a "
+                "longer context"
             )
         if chosen is not None and longest.tokens > chosen:
             raise PosbiasError(
@@ -126,6 +132,8 @@ def _render(spec: JobSpec, plan: Plan, trial: Trial, *, tokenizer: Tokenizer | N
         template=spec.prompt,
         chat_template=spec.chat_template,
         tokenizer=tokenizer,
+        filler=spec.filler,
+        seed=spec.seed,
     )
 
 

@@ -27,9 +27,15 @@ def trial_estimate(trial: Trial, *, questions: Mapping[str, Question], spec: Job
     """A trial's tokens by the rule that needs no tokenizer: its prompt's characters, plus its output budget.
     The same on the submitting machine and on the dispatcher, which is all a share needs."""
     rendered = render(
-        trial, questions=questions, template=spec.prompt, chat_template=ChatTemplateUse.off, tokenizer=None
+        trial,
+        questions=questions,
+        template=spec.prompt,
+        chat_template=ChatTemplateUse.off,
+        tokenizer=None,
+        filler=spec.filler,
+        seed=spec.seed,
     )
-    output = spec.sampling.max_tokens_for(trial.batch_size, answer_mode=spec.answer_mode)
+    output = spec.sampling.max_tokens_for(len(rendered.asked), answer_mode=spec.answer_mode)
     return estimated_prompt_tokens(rendered.user_text) + output
 
 

@@ -1,12 +1,16 @@
 """Curves as users ask for them: read a model's or a job's answers from the store and analyse them
-(`service/analysis.py` for one curve, `service/comparison.py` for two).
+(`service/analysis.py` for one curve, `service/comparison.py` for two, `service/attribution.py` for what
+moves them).
 
 A job's variants are never pooled: each variant is a curve of its own, and two variants of one job answer
 the same trials, so comparing them is paired."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from posbias.schemas import (
+    BASELINE,
     Comparison,
     ConflictError,
     Curve,
@@ -16,7 +20,8 @@ from posbias.schemas import (
     PosbiasError,
     TokenSource,
 )
-from posbias.service import analysis, comparison, jobs, store
+from posbias.schemas.explanation import Explanation
+from posbias.service import analysis, attribution, comparison, jobs, store
 from posbias.service.database import Database
 
 
@@ -60,12 +65,14 @@ def curves(
     resamples: int = analysis.BOOTSTRAP_RESAMPLES,
 ) -> list[Curve]:
     """One curve per variant and batch size with results that match `query`, variant by variant (the
-    baseline first), each in batch-size order.
+    baseline first), each in batch-size order (and, by position or answer slot, one per filler length of a
+    filler sweep: the rows of its length x position grid).
 
-    By position: per-trial answers pooled over the matching jobs (each distinct trial once), analysed with
-    every interval and summary of `analysis.build_curve`. By token distance: answers binned `bin_width`
-    tokens wide, intervals clustered by trial (or sampled set). A job served by an endpoint whose tokenizer
-    is unknown has no token distances; its curves carry a `note` saying so.
+    By position (or answer slot): per-trial answers pooled over the matching jobs (each distinct trial
+    once), analysed with every interval and summary of `analysis.build_curve`. By token distance: answers
+    binned `bin_width` tokens wide, intervals clustered by trial (or sampled set). By filler length: every
+    position pooled per length. A job served by an endpoint whose tokenizer is unknown has no token
+    distances; its curves carry a `note` saying so.
     """
     model, revision, job_ids = _resolve(db, query)
     note = _offsets_note(db, job_ids)
@@ -74,38 +81,126 @@ def curves(
     for variant in variants:
         sizes = store.batch_sizes(db, job_ids=job_ids, variant=variant)
         sizes = [n for n in sizes if query.batch_size in (None, n)]
-        if by is CurveAxis.token_distance:
-            rows = store.token_distance_rows(
-                db, job_ids=job_ids, batch_size=query.batch_size, variant=variant
-            )
-            clusters = store.clusters_of(db, job_ids=job_ids)
-            for n in sizes:
-                curve = analysis.distance_curve(
-                    rows,
-                    bin_width=bin_width,
-                    clusters=clusters,
-                    model=model,
-                    revision=revision,
-                    job_ids=job_ids,
-                    batch_size=n,
-                    resamples=resamples,
-                )
-                if curve.points:
-                    found.append(curve.model_copy(update={"variant": variant}))
-            continue
-        for n in sizes:
-            curve = analysis.build_curve(
-                store.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant),
-                model=model,
-                revision=revision,
-                resamples=resamples,
-            )
-            found.append(curve.model_copy(update={"variant": variant}))
+        where = (model, revision, job_ids, variant, sizes)
+        built = (
+            _distance_curves(db, query, *where, bin_width=bin_width, resamples=resamples)
+            if by is CurveAxis.token_distance
+            else _position_curves(db, *where, by=by, resamples=resamples)
+        )
+        found += [curve.model_copy(update={"variant": variant}) for curve in built]
     if note is None:
         return found
     if by is CurveAxis.token_distance and not found:
         raise NotFoundError(f"no token distances for {query.describe()}: {note}")
     return [c.model_copy(update={"note": note}) for c in found]
+
+
+def _distance_curves(
+    db: Database,
+    query: CurveQuery,
+    model: str,
+    revision: str | None,
+    job_ids: list[int],
+    variant: str,
+    sizes: list[int],
+    *,
+    bin_width: int,
+    resamples: int,
+) -> list[Curve]:
+    rows = store.token_distance_rows(db, job_ids=job_ids, batch_size=query.batch_size, variant=variant)
+    clusters = store.clusters_of(db, job_ids=job_ids)
+    found = [
+        analysis.distance_curve(
+            rows,
+            bin_width=bin_width,
+            clusters=clusters,
+            model=model,
+            revision=revision,
+            job_ids=job_ids,
+            batch_size=n,
+            resamples=resamples,
+        )
+        for n in sizes
+    ]
+    return [c for c in found if c.points]
+
+
+def _position_curves(
+    db: Database,
+    model: str,
+    revision: str | None,
+    job_ids: list[int],
+    variant: str,
+    sizes: list[int],
+    *,
+    by: CurveAxis,
+    resamples: int,
+) -> list[Curve]:
+    found = []
+    for n in sizes:
+        data = store.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant)
+        if by is CurveAxis.filler_length:
+            found.append(analysis.filler_curve(data, model=model, revision=revision, resamples=resamples))
+            continue
+        levels = data.filler_levels()
+        for level in levels:
+            part = data.subset(data.filler == level) if data.filler is not None and len(levels) > 1 else data
+            found.append(
+                analysis.build_curve(
+                    analysis.slot_view(part) if by is CurveAxis.answer_slot else part,
+                    model=model,
+                    revision=revision,
+                    resamples=resamples,
+                    by=by.value,
+                    filler_tokens=level if data.filler is not None else None,
+                )
+            )
+    return found
+
+
+def explain(
+    db: Database,
+    job_ids: Sequence[int],
+    *,
+    batch_size: int | None = None,
+    variant: str = BASELINE,
+    resamples: int = attribution.BREAK_RESAMPLES,
+) -> list[Explanation]:
+    """What moves the curve of `variant` of `job_ids` (one model's jobs, pooled, each distinct trial once),
+    per batch size: position, answer slot and token distance fitted together, and a step at the sliding
+    window the variant's model was built with, when it has one (`service/attribution.py`). `NotFoundError`
+    naming the fix when there is nothing to explain; `PosbiasError` when the jobs are of different models."""
+    if not job_ids:
+        raise PosbiasError("name a job to explain, e.g. `posbias explain 3`")
+    records = [jobs.get(db, job_id) for job_id in job_ids]  # NotFoundError names the fix
+    models = {(r.model, r.revision) for r in records}
+    if len(models) > 1:
+        raise PosbiasError(
+            f"jobs {', '.join(map(str, job_ids))} are of different models: explain one model's jobs at a time"
+        )
+    model, revision = models.pop()
+    ids = sorted(set(job_ids))
+    sizes = [n for n in store.batch_sizes(db, job_ids=ids, variant=variant) if batch_size in (None, n)]
+    if not sizes:
+        asked = f" at batch size {batch_size}" if batch_size is not None else ""
+        of = f" for variant {variant}" if variant != BASELINE else ""
+        raise NotFoundError(
+            f"job {', '.join(map(str, ids))} has no results{of}{asked} yet: run it with "
+            "`posbias worker --until-empty`"
+        )
+    info = store.job_model(db, ids[0], variant=variant)
+    design = "; ".join(dict.fromkeys(r.spec.describe_design() for r in records))
+    return [
+        attribution.explain(
+            store.trial_data(db, job_ids=ids, batch_size=n, variant=variant),
+            model=model,
+            revision=revision,
+            info=info,
+            design=design,
+            resamples=resamples,
+        )
+        for n in sizes
+    ]
 
 
 def _offsets_note(db: Database, job_ids: list[int]) -> str | None:

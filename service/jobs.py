@@ -187,6 +187,9 @@ def _insert_job(
                 "choice_orders": None
                 if trial.choice_orders is None
                 else [list(order) for order in trial.choice_orders],
+                "answer_order": None if trial.answer_order is None else list(trial.answer_order),
+                "probe_position": trial.probe,
+                "filler_tokens": trial.filler_tokens,
                 "status": TrialStatus.planned,
                 "variant": trial.variant,
             }

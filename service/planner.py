@@ -3,7 +3,9 @@
 The same spec and question pool give the same plan on any machine: sampling uses numpy's `default_rng`
 (PCG64, platform independent) seeded by the job seed and the batch size, and draws indices into the pool
 sorted by question id, so neither load order nor the other batch sizes of the job change a batch size's
-trials. Option shuffling draws from a stream of its own, so turning it on keeps the same questions.
+trials. Option shuffling, random answer orders and probe positions each draw from a stream of their own, so
+turning any of them on keeps the same questions: a job of the reverse or random order, or with filler, shows
+the same sets as the seed's design with the same seed, and can be pooled with it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from posbias.schemas import BASELINE, Design, JobSpec, Plan, PlannedShard, QuestionPool, Trial
+from posbias.schemas import BASELINE, AnswerOrder, Design, JobSpec, Plan, PlannedShard, QuestionPool, Trial
 from posbias.service.datasets import check_pool
 
 QUESTIONS_PER_SHARD = 500
@@ -25,6 +27,8 @@ PROGRESS_EVERY = 10_000
 
 _SAMPLE_STREAM = 0
 _SHUFFLE_STREAM = 1
+_ORDER_STREAM = 2
+_PROBE_STREAM = 3
 
 
 def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int], None] | None = None) -> Plan:
@@ -32,10 +36,13 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
 
     Trial indices run 0..T-1 over the batch sizes in ascending order. `random` samples N distinct
     questions per iteration; `rotation` samples N per iteration and shows them N times, rotated so every
-    question sits at every position once. Each shard holds trials of one batch size. A job with several
-    variants has these trials once per variant (`per_variant`). Raises `PosbiasError` when a batch size
-    exceeds the pool. `on_progress(trials planned, total)` is called every `PROGRESS_EVERY` trials, and
-    once at the end.
+    question sits at every position once; `probe` samples N per iteration and asks for one position, each
+    block of N iterations asking every position once, in an order drawn from the seed. Each sampled set (and
+    rotation) is shown once per filler length, with the same options and answer order at every length, so
+    only the filler differs between them. A random answer order is drawn per sampled set (and rotation).
+    Each shard holds trials of one batch size. A job with several variants has these trials once per variant
+    (`per_variant`). Raises `PosbiasError` when a batch size exceeds the pool. `on_progress(trials planned,
+    total)` is called every `PROGRESS_EVERY` trials, and once at the end.
     """
     # One variant's trials: the other variants' are copies of them.
     total = sum(spec.trials_per_batch_size(n) for n in spec.batch_sizes)
@@ -50,9 +57,14 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
     for batch_size in spec.batch_sizes:
         sample = np.random.default_rng(_entropy(spec.seed, batch_size, _SAMPLE_STREAM))
         shuffle = np.random.default_rng(_entropy(spec.seed, batch_size, _SHUFFLE_STREAM))
+        ordering = np.random.default_rng(_entropy(spec.seed, batch_size, _ORDER_STREAM))
+        probing = np.random.default_rng(_entropy(spec.seed, batch_size, _PROBE_STREAM))
+        probes: list[int] = []
         first = len(trials)
         for iteration in range(spec.iterations):
             chosen = sample.choice(len(ids), size=batch_size, replace=False)
+            if spec.design is Design.probe and iteration % batch_size == 0:
+                probes = [int(p) + 1 for p in probing.permutation(batch_size)]
             rotations = range(batch_size) if spec.design is Design.rotation else range(1)
             for rotation in rotations:
                 shown = np.roll(chosen, -rotation)  # position i holds chosen[(i + rotation) mod N]
@@ -61,16 +73,21 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
                     if spec.shuffle_choices
                     else None
                 )
-                trials.append(
-                    Trial(
-                        index=len(trials),
-                        batch_size=batch_size,
-                        iteration=iteration,
-                        question_ids=tuple(ids[k] for k in shown),
-                        choice_orders=orders,
-                        rotation=rotation,
+                answer_order = _answer_order(spec.answer_order, batch_size, rng=ordering)
+                for filler_tokens in spec.filler_lengths:
+                    trials.append(
+                        Trial(
+                            index=len(trials),
+                            batch_size=batch_size,
+                            iteration=iteration,
+                            question_ids=tuple(ids[k] for k in shown),
+                            choice_orders=orders,
+                            rotation=rotation,
+                            answer_order=answer_order,
+                            probe=probes[iteration % batch_size] if spec.design is Design.probe else None,
+                            filler_tokens=filler_tokens,
+                        )
                     )
-                )
             if on_progress is not None and len(trials) - reported >= PROGRESS_EVERY:
                 reported = len(trials)
                 on_progress(reported, total)
@@ -107,6 +124,15 @@ def per_variant(plan: Plan, *, variants: Sequence[str]) -> Plan:
         ]
         trials += [t.model_copy(update={"index": offset + t.index, "variant": name}) for t in plan.trials]
     return plan.model_copy(update={"trials": tuple(trials), "shards": tuple(shards)})
+
+
+def _answer_order(order: AnswerOrder, batch_size: int, *, rng: np.random.Generator) -> tuple[int, ...] | None:
+    """The positions in the order their answers are asked; None for forward order."""
+    if order is AnswerOrder.forward or batch_size == 1:
+        return None
+    if order is AnswerOrder.reverse:
+        return tuple(range(batch_size, 0, -1))
+    return tuple(int(p) + 1 for p in rng.permutation(batch_size))
 
 
 def shard_size(spec: JobSpec, *, batch_size: int) -> int:

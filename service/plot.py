@@ -78,7 +78,11 @@ def plot_curves(
         )
         axes.axhline(chance, color="grey", linestyle="--", linewidth=0.8, label=label)
     axes.set_xlabel(
-        "question position in the prompt" if by == "position" else "tokens from question to answer"
+        {
+            "position": "question position in the prompt",
+            "answer-slot": "answer slot (line of the answer in the output)",
+            "filler-length": "filler tokens",
+        }.get(by, "tokens from question to answer")
     )
     axes.set_ylabel("accuracy")
     axes.set_ylim(0, 1)
@@ -86,6 +90,57 @@ def plot_curves(
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        figure.savefig(out)
+    except OSError as exc:
+        raise PosbiasError(f"cannot write {out}: {exc.strerror}") from None
+    finally:
+        plt.close(figure)
+    return out
+
+
+def plot_heatmap(curves: Sequence[Curve], *, path: str | Path, title: str | None = None) -> Path:
+    """Accuracy by filler length (rows) and position (columns), one panel per batch size, as
+    needle-in-a-haystack studies draw depth x length: from the curves by position of a filler sweep (one per
+    length; `posbias curve --by position`). Cells without parsed answers are blank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise PosbiasError(f"plots are PNG files: give a path ending in .png (got {out})")
+    by_size: dict[int, list[Curve]] = {}
+    for curve in curves:
+        if curve.by == "position":
+            by_size.setdefault(curve.batch_size, []).append(curve)
+    if not by_size:
+        raise PosbiasError("nothing to plot: no curve by position has results")
+    figure, panels = plt.subplots(
+        1, len(by_size), figsize=(4 + 3.5 * len(by_size), 4.5), dpi=120, squeeze=False
+    )
+    image = None
+    for axes, (n, found) in zip(panels[0], sorted(by_size.items()), strict=True):
+        found = sorted(found, key=lambda c: c.filler_tokens or 0)
+        grid = np.full((len(found), n), np.nan)
+        for row, curve in enumerate(found):
+            for point in curve.points:
+                if point.accuracy is not None:
+                    grid[row, point.position - 1] = point.accuracy
+        image = axes.imshow(
+            grid, aspect="auto", origin="lower", vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest"
+        )
+        axes.set_xticks(range(n), [str(p) if n <= 20 or p % 5 == 0 else "" for p in range(1, n + 1)])
+        axes.set_yticks(range(len(found)), [f"{c.filler_tokens or 0:,}" for c in found])
+        axes.set_xlabel("question position in the prompt")
+        axes.set_ylabel("filler tokens")
+        axes.set_title(f"N = {n}")
+    assert image is not None
+    figure.colorbar(image, ax=panels[0].tolist(), label="accuracy (parsed answers)")
+    figure.suptitle(title or f"{curves[0].model}: accuracy by filler length x position")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         figure.savefig(out)

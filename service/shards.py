@@ -57,6 +57,7 @@ def shard_spec(
         chat_template=spec.chat_template,
         sampling=spec.sampling,
         seed=spec.seed,
+        filler=spec.filler,
         trials=tuple(trials),
         questions=dict(sorted(used.items())),
         token_budget=costs.shard_budget(spec, endpoint, trials=trials, questions=used),
@@ -108,16 +109,7 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
             if endpoint is not None:
                 endpoints[job_id] = EndpointReport.model_validate(endpoint)
         trials: dict[int, list[Trial]] = {shard_id: [] for shard_id in shard_ids}
-        for (
-            shard_id,
-            index,
-            batch_size,
-            iteration,
-            question_ids,
-            choice_orders,
-            rotation,
-            variant,
-        ) in session.execute(
+        for row in session.execute(
             select(
                 trial.shard_id,
                 trial.index,
@@ -127,21 +119,27 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
                 trial.choice_orders,
                 trial.rotation,
                 trial.variant,
+                trial.answer_order,
+                trial.probe_position,
+                trial.filler_tokens,
             )
             .where(trial.shard_id.in_(shard_ids))
             .order_by(trial.shard_id, trial.index)
         ):
-            trials[shard_id].append(
+            trials[row.shard_id].append(
                 Trial.model_construct(
-                    index=index,
-                    batch_size=batch_size,
-                    iteration=iteration,
-                    question_ids=tuple(question_ids),
+                    index=row[1],  # `row.index` is the tuple's own method
+                    batch_size=row.batch_size,
+                    iteration=row.iteration,
+                    question_ids=tuple(row.question_ids),
                     choice_orders=None
-                    if choice_orders is None
-                    else tuple(tuple(order) for order in choice_orders),
-                    rotation=rotation,
-                    variant=variant,
+                    if row.choice_orders is None
+                    else tuple(tuple(order) for order in row.choice_orders),
+                    rotation=row.rotation,
+                    answer_order=None if row.answer_order is None else tuple(row.answer_order),
+                    probe=row.probe_position,
+                    filler_tokens=row.filler_tokens,
+                    variant=row.variant,
                 )
             )
         questions = _question_cache(db)

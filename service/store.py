@@ -43,7 +43,8 @@ RESULT_COLUMNS = {
     "job_id": "int8",
     "batch_size": "int4",
     "variant": "text",
-    # From here to gold_prob: QuestionResult's fields of the same names, read in one go by _RESULT_FIELDS.
+    # From here to visible_layers: QuestionResult's fields of the same names, read in one go by
+    # _RESULT_FIELDS.
     "position": "int4",
     "question_id": "text",
     "subject": "text",
@@ -55,6 +56,9 @@ RESULT_COLUMNS = {
     "answer_token_index": "int4",
     "token_distance": "int4",
     "gold_prob": "float8",
+    "answer_slot": "int4",
+    "in_window": "bool",
+    "visible_layers": "int4",
     "parse_status": "text",
     "option_probs": "text",
 }
@@ -214,7 +218,8 @@ def _model_id(session: Session, info: ModelInfo, *, now: datetime) -> int:
 TRIAL_UPDATE = sa.text(
     """
     UPDATE trials SET status = :status, skip_reason = :skip_reason, prompt_tokens = :prompt_tokens,
-        output_tokens = :output_tokens, output_text = :output_text
+        output_tokens = :output_tokens, output_text = :output_text,
+        filler_token_start = :filler_token_start, filler_token_end = :filler_token_end
     WHERE id = :id
     """
 )
@@ -231,6 +236,8 @@ def _update_trials(session: Session, written: Sequence[tuple[ShardResult, dict[i
                 "prompt_tokens": t.prompt_tokens,
                 "output_tokens": t.output_tokens,
                 "output_text": _storable(t.output_text),
+                "filler_token_start": t.filler_token_start,
+                "filler_token_end": t.filler_token_end,
             }
             for result, trials in written
             for t in result.trials
@@ -438,15 +445,28 @@ def trial_data(
 ) -> TrialData:
     """Every answered trial of `variant` of `job_ids` at `batch_size`, with its answers, as the analyses
     read them: pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by
-    sampled set for jobs of the rotation design. Variants are never pooled: each is its own curve."""
+    sampled set for jobs of the rotation design and for filler sweeps (each set shown at several lengths).
+    Variants are never pooled: each is its own curve."""
     ids = sorted(set(job_ids))
     with db.read() as session:
-        rotation = {
-            job_id: spec.get("design") == "rotation"
-            for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+        specs: dict[int, dict[str, Any]] = {
+            job_id: spec for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+        }
+        rotation = {job_id: spec.get("design") == "rotation" for job_id, spec in specs.items()}
+        sweep = {
+            job_id: len((spec.get("filler") or {}).get("tokens") or ()) > 1 for job_id, spec in specs.items()
         }
         trial_rows = session.execute(
-            select(Trial.id, Trial.job_id, Trial.iteration, Trial.question_ids, Trial.choice_orders)
+            select(
+                Trial.id,
+                Trial.job_id,
+                Trial.iteration,
+                Trial.question_ids,
+                Trial.choice_orders,
+                Trial.answer_order,
+                Trial.probe_position,
+                Trial.filler_tokens,
+            )
             .where(
                 Trial.job_id.in_(ids),
                 Trial.batch_size == batch_size,
@@ -457,10 +477,16 @@ def trial_data(
         ).all()
         options = _option_counts(session, {qid for row in trial_rows for qid in row.question_ids})
         results = [
-            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold)
-            for trial_id, position, status, correct, gold in session.execute(
+            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold, slot, distance)
+            for trial_id, position, status, correct, gold, slot, distance in session.execute(
                 select(
-                    Result.trial_id, Result.position, Result.parse_status, Result.correct, Result.gold_prob
+                    Result.trial_id,
+                    Result.position,
+                    Result.parse_status,
+                    Result.correct,
+                    Result.gold_prob,
+                    Result.answer_slot,
+                    Result.token_distance,
                 )
                 .where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant)
                 .order_by(Result.trial_id, Result.position)
@@ -475,6 +501,10 @@ def trial_data(
             choice_orders=row.choice_orders,
             rotation_design=rotation.get(row.job_id, False),
             n_options=[options.get(qid, 0) or 1 for qid in row.question_ids],
+            answer_order=row.answer_order,
+            probe=row.probe_position,
+            filler_tokens=row.filler_tokens,
+            set_cluster=sweep.get(row.job_id, False),
         )
         for row in trial_rows
     ]
@@ -495,14 +525,14 @@ def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:
 
 
 def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
-    """Each trial of `job_ids` mapped to its cluster's representative: itself, or under rotation the first
-    trial of its sampled set."""
+    """Each trial of `job_ids` mapped to its cluster's representative: itself, or under rotation (and in a
+    filler sweep) the first trial of its sampled set."""
     ids = sorted(set(job_ids))
     with db.read() as session:
         rotation = {
             job_id
             for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
-            if spec.get("design") == "rotation"
+            if spec.get("design") == "rotation" or len((spec.get("filler") or {}).get("tokens") or ()) > 1
         }
         rows = session.execute(
             select(Trial.id, Trial.job_id, Trial.variant, Trial.batch_size, Trial.iteration)
@@ -538,6 +568,20 @@ def token_distance_rows(
         return [DistanceRow(*row) for row in session.execute(query)]
 
 
+def job_model(db: Database, job_id: int, *, variant: str = BASELINE) -> ModelInfo | None:
+    """The architecture facts of the model `variant` of a job ran (its `models` row, as built); None before
+    its first result."""
+    with db.read() as session:
+        found = session.scalar(
+            select(Model)
+            .join(JobVariant, JobVariant.model_id == Model.id)
+            .where(JobVariant.job_id == job_id, JobVariant.variant == variant)
+        )
+        if found is None and variant == BASELINE:  # a job with no variants rows: its own model
+            found = session.scalar(select(Model).join(Job, Job.model_id == Model.id).where(Job.id == job_id))
+        return None if found is None else _model_info(found)
+
+
 def list_models(db: Database) -> list[ModelInfo]:
     """Every model that has results, with its architecture facts as built, by name and revision; a model
     run with config changes (a variant) is a row of its own, after the model as published."""
@@ -545,26 +589,25 @@ def list_models(db: Database) -> list[ModelInfo]:
         models = session.scalars(
             select(Model).order_by(Model.name, Model.revision, Model.overrides_key, Model.id)
         )
-        return [
-            ModelInfo(
-                name=m.name,
-                revision=m.revision or None,
-                architecture=m.architecture,
-                num_layers=m.num_layers,
-                sliding_window=m.sliding_window,
-                sliding_window_layers=None
-                if m.sliding_window_layers is None
-                else tuple(m.sliding_window_layers),
-                rope_theta=m.rope_theta,
-                context_length=m.context_length,
-                num_parameters=m.num_parameters,
-                hf_overrides=m.overrides or {},
-                layers=None
-                if m.layer_windows is None or m.layer_rope_theta is None
-                else LayerConfig(windows=tuple(m.layer_windows), rope_theta=tuple(m.layer_rope_theta)),
-            )
-            for m in models
-        ]
+        return [_model_info(m) for m in models]
+
+
+def _model_info(m: Model) -> ModelInfo:
+    return ModelInfo(
+        name=m.name,
+        revision=m.revision or None,
+        architecture=m.architecture,
+        num_layers=m.num_layers,
+        sliding_window=m.sliding_window,
+        sliding_window_layers=None if m.sliding_window_layers is None else tuple(m.sliding_window_layers),
+        rope_theta=m.rope_theta,
+        context_length=m.context_length,
+        num_parameters=m.num_parameters,
+        hf_overrides=m.overrides or {},
+        layers=None
+        if m.layer_windows is None or m.layer_rope_theta is None
+        else LayerConfig(windows=tuple(m.layer_windows), rope_theta=tuple(m.layer_rope_theta)),
+    )
 
 
 class ExportRow(NamedTuple):
@@ -576,7 +619,13 @@ class ExportRow(NamedTuple):
     batch_size: int
     iteration: int
     rotation: int
+    answer_order: list[int] | None
+    probe_position: int | None
+    filler_tokens: int
+    filler_token_start: int | None
+    filler_token_end: int | None
     position: int
+    answer_slot: int | None
     question_id: str
     subject: str
     gold: int
@@ -588,11 +637,14 @@ class ExportRow(NamedTuple):
     question_token_end: int | None
     answer_token_index: int | None
     token_distance: int | None
+    in_window: bool | None
+    visible_layers: int | None
     gold_prob: float | None
     option_probs: list[float] | None
 
 
 EXPORT_COLUMNS: tuple[str, ...] = ExportRow._fields
+_EXPORT_STATUS = EXPORT_COLUMNS.index("parse_status")
 
 
 def export_results(db: Database, job_id: int) -> Iterator[ExportRow]:
@@ -613,7 +665,13 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
             Result.batch_size,
             Trial.iteration,
             Trial.rotation,
+            Trial.answer_order,
+            Trial.probe_position,
+            Trial.filler_tokens,
+            Trial.filler_token_start,
+            Trial.filler_token_end,
             Result.position,
+            Result.answer_slot,
             Result.question_id,
             Result.subject,
             Result.gold,
@@ -625,6 +683,8 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
             Result.question_token_end,
             Result.answer_token_index,
             Result.token_distance,
+            Result.in_window,
+            Result.visible_layers,
             Result.gold_prob,
             Result.option_probs,
         )
@@ -636,7 +696,10 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
     with db.read() as session:
         result = session.execute(query)
         try:
+            status = _EXPORT_STATUS
             for row in result:
-                yield ExportRow._make((*row[:12], ParseStatus(row[12]).value, *row[13:]))
+                yield ExportRow._make(
+                    (*row[:status], ParseStatus(str(row[status])).value, *row[status + 1 :])
+                )
         finally:
             result.close()  # an export cut short closes its server-side cursor here, not at collection

@@ -11,9 +11,15 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from posbias.schemas import (
+    AnswerMode,
+    AnswerOrder,
     BatchSizeEstimate,
+    Constraint,
+    Design,
+    DesignEstimate,
     DryRun,
     EndpointReport,
     EngineName,
@@ -23,6 +29,7 @@ from posbias.schemas import (
     QuestionPool,
     one_line,
 )
+from posbias.schemas.job import MAX_FILLER_FILE_BYTES
 from posbias.service import context, costs, planner
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
@@ -64,14 +71,16 @@ def prepare(
     check_cost: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Prepared:
-    """Check the size of the job, the model source and the dataset, then plan (`on_progress(trials planned,
-    total)` is called as a large plan is built). For vLLM, choose the engine's context length from the plan
-    and check it against the model's own; for a served model, probe its endpoint and refuse what it cannot
-    do, and (`check_cost`) a job over its cost guard. Raises `PosbiasError` naming the fix."""
+    """Check the size of the job, the model source and the dataset, read a filler file into the spec, then
+    plan (`on_progress(trials planned, total)` is called as a large plan is built). For vLLM, choose the
+    engine's context length from the plan and check it against the model's own; for a served model, probe
+    its endpoint and refuse what it cannot do, and (`check_cost`) a job over its cost guard. Raises
+    `PosbiasError` naming the fix."""
     check_size(spec, settings=settings)
     if spec.engine.name is EngineName.vllm:
         check_model_source(spec.model)
         spec = with_variants(spec, settings=settings)
+    spec = read_filler(spec)
     pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir)
     check_pool(spec, pool=pool)
     plan = planner.plan(spec, pool=pool, on_progress=on_progress)
@@ -128,6 +137,14 @@ def check_size(spec: JobSpec, *, settings: Settings) -> None:
 
 def _prepare_served(spec: JobSpec, *, pool: QuestionPool, plan: Plan, check_cost: bool) -> Prepared:
     endpoint, lengths, how = _probe_endpoint(spec, plan)
+    reordered = spec.answer_order is not AnswerOrder.forward or spec.design is Design.probe
+    schema = endpoint.mode.constraint is Constraint.json_schema
+    if spec.answer_mode is AnswerMode.constrained and reordered and schema:
+        raise PosbiasError(
+            "this endpoint constrains answers with a JSON schema, which cannot hold the answer order "
+            f"the {spec.describe_design()} asks for: use answer_mode free, or an endpoint that takes "
+            "regular expressions (vllm serve)"
+        )
     guard = spec.engine.max_job_tokens
     if check_cost and guard is not None and endpoint.token_bound > guard:
         raise PosbiasError(
@@ -194,36 +211,108 @@ def _prompt_lengths(
                 template=spec.prompt,
                 chat_template=spec.chat_template,
                 tokenizer=tokenizer,
+                filler=spec.filler,
+                seed=spec.seed,
             )
             lengths[n].append(rendered.prompt_tokens or estimate(rendered.text))
     return lengths
 
 
-def dry_run(prepared: Prepared, *, settings: Settings) -> DryRun:
-    """Trials, shards and prompt tokens per batch size. Tokens are counted with the model's tokenizer
-    when it is on this machine, or the endpoint's (a few trials per batch size, rendered exactly), else
-    estimated; a served job also shows its endpoint's capabilities and its token bound."""
+def read_filler(spec: JobSpec) -> JobSpec:
+    """`spec` with its filler file's text in `filler.text` (stored with the job, so its prompts can be
+    rendered anywhere, again). Raises `PosbiasError` naming the fix when the file cannot be used."""
+    filler = spec.filler
+    if filler is None or filler.builtin or filler.text is not None:
+        return spec
+    path = Path(filler.source).expanduser()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PosbiasError(
+            f"cannot read the filler file {path}: {exc.strerror}; give a text file, or filler source builtin"
+        ) from None
+    if len(data) > MAX_FILLER_FILE_BYTES:
+        raise PosbiasError(
+            f"the filler file {path} is {len(data):,} bytes; posbias stores it with the job, so keep it "
+            f"under {MAX_FILLER_FILE_BYTES:,}"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PosbiasError(f"the filler file {path} is not UTF-8 text; save it as UTF-8") from None
+    if len(text.split()) < 2:
+        raise PosbiasError(f"the filler file {path} has no text to cut filler from; give one with sentences")
+    return spec.model_copy(update={"filler": filler.model_copy(update={"text": text})})
+
+
+def dry_run(prepared: Prepared, *, settings: Settings, sample: int = SAMPLE_TRIALS) -> DryRun:
+    """Trials, shards and prompt tokens per batch size, and per batch size and filler length the token
+    distances the design covers and how many reach past the model's sliding window. Tokens are counted with
+    the model's tokenizer when it is on this machine, or the endpoint's (a few trials per batch size,
+    rendered exactly), else estimated; a served job also shows its endpoint's capabilities and its token
+    bound."""
+    from posbias.workers.prompts import render, sheet_answer_tokens
+
     spec, plan = prepared.spec, prepared.plan
+    tokenizer, how = prepared.tokenizer, prepared.tokenizer_source
     if prepared.prompt_tokens is not None:
-        by_size, how = prepared.prompt_tokens, prepared.counted_with or "an estimate"
-    else:
-        tokenizer, how = prepared.tokenizer, prepared.tokenizer_source
-        # Without the tokenizer, ~4 characters a token is the usual rule for English text.
-        by_size = _prompt_lengths(spec, plan, tokenizer=tokenizer, estimate=lambda text: round(len(text) / 4))
+        how = prepared.counted_with or "an estimate"
+    window = _sliding_window(spec, settings=settings)
     shards_per_size = Counter(plan.trials[s.trial_indices[0]].batch_size for s in plan.shards)
     estimates = []
+    designs = []
     for n in spec.batch_sizes:
         trials = [t for t in plan.trials if t.batch_size == n]
-        lengths = by_size.get(n, [])
+        lengths: dict[int, list[int]] = {}
+        distances: dict[int, list[int]] = {}
+        for level in spec.filler_lengths:
+            # A sample per filler length: the first sets, at this length.
+            for trial in [t for t in trials if t.filler_tokens == level][
+                : max(1, sample // len(spec.filler_lengths))
+            ]:
+                rendered = render(
+                    trial,
+                    questions=plan.questions,
+                    template=spec.prompt,
+                    chat_template=spec.chat_template,
+                    tokenizer=tokenizer,
+                    filler=spec.filler,
+                    seed=spec.seed,
+                )
+                # Without the tokenizer, ~4 characters a token is the usual rule for English text.
+                length = rendered.prompt_tokens or round(len(rendered.text) / 4)
+                lengths.setdefault(level, []).append(length)
+                if tokenizer is not None:
+                    sheet = sheet_answer_tokens(rendered.asked, tokenizer=tokenizer)
+                    distances.setdefault(level, []).extend(
+                        length - (rendered.questions[k - 1].token_end or 0) + sheet[k] for k in rendered.asked
+                    )
+        every = [length for found in lengths.values() for length in found]
+        if prepared.prompt_tokens is not None:  # a served job: counted by the endpoint's tokenizer
+            every = prepared.prompt_tokens.get(n, every)
         estimates.append(
             BatchSizeEstimate(
                 batch_size=n,
                 trials=len(trials),
                 shards=shards_per_size[n],
-                mean_prompt_tokens=statistics.fmean(lengths) if lengths else 0.0,
-                max_prompt_tokens=max(lengths, default=0),
+                mean_prompt_tokens=statistics.fmean(every) if every else 0.0,
+                max_prompt_tokens=max(every, default=0),
             )
         )
+        for level, found in sorted(lengths.items()):
+            near = distances.get(level, [])
+            designs.append(
+                DesignEstimate(
+                    batch_size=n,
+                    filler_tokens=level,
+                    trials=sum(1 for t in trials if t.filler_tokens == level),
+                    mean_prompt_tokens=statistics.fmean(found),
+                    max_prompt_tokens=max(found),
+                    min_distance=min(near, default=None),
+                    max_distance=max(near, default=None),
+                    past_window=sum(d >= window for d in near) / len(near) if window and near else None,
+                )
+            )
     return DryRun(
         spec=spec,
         spec_hash=spec.spec_hash(),
@@ -236,7 +325,20 @@ def dry_run(prepared: Prepared, *, settings: Settings) -> DryRun:
         model_context=prepared.context.model_limit if prepared.context else None,
         endpoint=prepared.endpoint,
         max_job_tokens=spec.engine.max_job_tokens,
+        design=spec.describe_design(),
+        sliding_window=window,
+        designs=tuple(designs),
     )
+
+
+def _sliding_window(spec: JobSpec, *, settings: Settings) -> int | None:
+    """The model's sliding window when it is known here: the fake's, or from a config on this machine."""
+    if spec.engine.name is EngineName.fake:
+        return spec.fake.window
+    from posbias.workers.models import local_model_info
+
+    info = local_model_info(spec.model, revision=spec.revision, cache_dir=settings.cache_dir)
+    return info.sliding_window if info is not None else None
 
 
 def _local_tokenizer(spec: JobSpec, *, settings: Settings) -> tuple[Tokenizer | None, str]:

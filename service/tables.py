@@ -222,6 +222,13 @@ class Trial(Base):
     rotation: Mapped[int] = mapped_column(Integer, default=0)
     question_ids: Mapped[list[str]] = mapped_column(JSON)
     choice_orders: Mapped[list[list[int]] | None] = mapped_column(JSON)
+    # The design (migration 0006): positions in the order asked (NULL: forward), the probed position (NULL
+    # unless the probe design), the filler's length as planned and its token span as rendered.
+    answer_order: Mapped[list[int] | None] = mapped_column(JSON)
+    probe_position: Mapped[int | None] = mapped_column(Integer)
+    filler_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    filler_token_start: Mapped[int | None] = mapped_column(Integer)
+    filler_token_end: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[TrialStatus] = mapped_column(_enum(TrialStatus, "trial_status"))
     skip_reason: Mapped[str | None] = mapped_column(Text)
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
@@ -290,6 +297,10 @@ class Result(Base):
     gold_prob: Mapped[float | None] = mapped_column(Double)
     option_probs: Mapped[list[float] | None] = mapped_column(JSON)
     variant: Mapped[str] = _variant()
+    # Migration 0006: the answer's line in the output, and what the model's sliding window made of it.
+    answer_slot: Mapped[int | None] = mapped_column(Integer)
+    in_window: Mapped[bool | None] = mapped_column(Boolean)
+    visible_layers: Mapped[int | None] = mapped_column(Integer)
 
 
 class CurvePoint(Base):

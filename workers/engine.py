@@ -100,6 +100,12 @@ class GenerationRequest:
     """The shard's share of its job's cost guard (engine `openai`), shared by its requests."""
     cache_salt: str | None = None
     """Set when sampling is random and unseeded, so two trials never share one cached answer."""
+    asked: tuple[int, ...] | None = None
+    """Positions whose answers the prompt asks for, in the order asked; None: every position, forward. Only
+    the fake engine reads this (a model reads the prompt; the regex, when there is one, holds the order)."""
+    question_token_ends: tuple[int, ...] | None = None
+    """Per position, one past the question's last prompt token. Only the fake engine reads this (its
+    accuracy may depend on token distance)."""
 
 
 @dataclass(frozen=True)

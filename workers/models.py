@@ -217,6 +217,28 @@ def context_limit(model: str, *, revision: str | None = None, cache_dir: str | P
     return min((value for value in found if value), default=None)
 
 
+def local_model_info(model: str, *, revision: str | None = None, cache_dir: str | Path) -> ModelInfo | None:
+    """The model's architecture facts (`read_model_info`) from its config on this machine, without loading
+    weights: a folder, a hub model in the local cache, or a GGUF file already converted; None when the
+    config is not here. Used at submit to say whether a job's token distances reach past the window."""
+    from transformers import AutoConfig
+
+    source = check_model_source(model)
+    try:
+        if source.kind == "folder":
+            config = AutoConfig.from_pretrained(source.location)
+        elif source.kind == "gguf":
+            converted = converted_folder(Path(source.location), cache_dir=cache_dir)
+            if converted is None:
+                return None
+            config = AutoConfig.from_pretrained(converted)
+        else:
+            config = AutoConfig.from_pretrained(source.location, revision=revision, local_files_only=True)
+    except Exception:  # not on this machine, or a config transformers cannot read
+        return None
+    return read_model_info(config, name=model, revision=revision)
+
+
 def gguf_context_length(file: Path) -> int | None:
     """`<architecture>.context_length` from a GGUF file's header, read up to that key (milliseconds; the
     gguf package's reader parses every tensor's entry first). None when the file does not say."""

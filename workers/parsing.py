@@ -8,11 +8,13 @@ phrase such as `Answer:`, `Option`, `The correct answer is`. So all of these rea
     1. 2        1: 2        1) 2        **1.** 2        1. **2**        1. (2)
     1. Answer: 2        1. 2. <option text>        Question 1: 2        - 1 . 2
 
-The explicit question numbers place each answer, so a missing line never shifts the later ones. Numbers above
-N (or 0) are ignored. Letters (`1. B`) and option texts (`1. Paris`) are not guessed at: the prompt asks for
-option indices, and such a line is reported `unparseable`, so that a model which ignores the format shows up
-in the parse rate rather than in its accuracy. One line per question: several answers on one line
-(`1. 2 2. 3`) read as the first only.
+The explicit question numbers place each answer, so a missing line never shifts the later ones, and answers
+in any order (reverse, random, a probe's one line) read the same way; each answer's *slot* is the index of
+its line among the answer lines (lines that start with a question number 1..N), whatever order they came
+in. Numbers above N (or 0) are ignored. Letters (`1. B`) and option texts (`1. Paris`) are not guessed at:
+the prompt asks for option indices, and such a line is reported `unparseable`, so that a model which ignores
+the format shows up in the parse rate rather than in its accuracy. One line per question: several answers on
+one line (`1. 2 2. 3`) read as the first only.
 """
 
 from __future__ import annotations
@@ -56,16 +58,23 @@ class ParsedAnswer:
     """0-based option index as shown; None unless the status is `ok` or `duplicate`."""
     span: tuple[int, int] | None
     """Character span in the text of the option number that was read; None when there is none."""
+    slot: int | None = None
+    """1-based index of its (first) line among the answer lines; None when no line answers it."""
 
 
 @dataclass(frozen=True)
 class _Line:
     option: int | None
     span: tuple[int, int] | None
+    slot: int
 
 
-def parse_answers(text: str, *, n_options: Sequence[int]) -> tuple[ParsedAnswer, ...]:
-    """One `ParsedAnswer` per position 1..N, N = len(n_options), read from the model's output `text`.
+def parse_answers(
+    text: str, *, n_options: Sequence[int], asked: Sequence[int] | None = None
+) -> tuple[ParsedAnswer, ...]:
+    """One `ParsedAnswer` per position asked (`asked`; default every position 1..N, N = len(n_options)),
+    in that order, read from the model's output `text`. Lines for any question 1..N are answer lines (they
+    count towards slots) even when that question was not asked.
 
     Statuses: `ok`; `missing` (no line for the number); `duplicate` (several lines: the first counts);
     `out_of_range` (an option outside 1..n_options[k-1]); `unparseable` (a line for the number but no option
@@ -74,39 +83,42 @@ def parse_answers(text: str, *, n_options: Sequence[int]) -> tuple[ParsedAnswer,
     n = len(n_options)
     found: dict[int, list[_Line]] = {}
     offset = 0
+    slot = 0
     for line in text.splitlines(keepends=True):
         match = _NUMBERED_LINE.match(line)
         if match is not None:
             number = int(match.group("number"))
             if 1 <= number <= n:
-                found.setdefault(number, []).append(_read_option(match, offset))
+                slot += 1
+                found.setdefault(number, []).append(_read_option(match, offset, slot=slot))
         offset += len(line)
 
     answers = []
-    for position in range(1, n + 1):
+    for position in asked if asked is not None else range(1, n + 1):
         lines = found.get(position)
         if not lines:
             answers.append(ParsedAnswer(position, ParseStatus.missing, None, None))
             continue
         first = lines[0]
         if first.option is None:
-            answers.append(ParsedAnswer(position, _status(lines, ParseStatus.unparseable), None, None))
+            status = _status(lines, ParseStatus.unparseable)
+            answers.append(ParsedAnswer(position, status, None, None, first.slot))
         elif not 1 <= first.option <= n_options[position - 1]:
-            answers.append(ParsedAnswer(position, _status(lines, ParseStatus.out_of_range), None, first.span))
+            status = _status(lines, ParseStatus.out_of_range)
+            answers.append(ParsedAnswer(position, status, None, first.span, first.slot))
         else:
-            answers.append(
-                ParsedAnswer(position, _status(lines, ParseStatus.ok), first.option - 1, first.span)
-            )
+            status = _status(lines, ParseStatus.ok)
+            answers.append(ParsedAnswer(position, status, first.option - 1, first.span, first.slot))
     return tuple(answers)
 
 
-def _read_option(line: re.Match[str], offset: int) -> _Line:
+def _read_option(line: re.Match[str], offset: int, *, slot: int) -> _Line:
     rest_start = line.start("rest")
     option = _OPTION.match(line.group("rest"))
     if option is None:
-        return _Line(None, None)
+        return _Line(None, None, slot)
     start = offset + rest_start + option.start("option")
-    return _Line(int(option.group("option")), (start, start + len(option.group("option"))))
+    return _Line(int(option.group("option")), (start, start + len(option.group("option"))), slot)
 
 
 def _status(lines: list[_Line], single: ParseStatus) -> ParseStatus:

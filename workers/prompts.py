@@ -15,7 +15,11 @@ The default `PromptTemplate` reproduces the seed experiment's format word for wo
     Here are the answers to the multiple-choice questions, one index per line:
 
 Options are labelled 1, 2, 3, ... (`option_labels`); the expected answer sheet is one line `k. i` per
-position.
+position, in the trial's answer order. Designs change the prompt around the questions, never inside them:
+an answer order other than forward adds the paragraph `Answer the questions in this order: 3, 1, 2.` after
+the instructions; the probe design has its own instructions and asks for one question at the end
+(`Answer question 2 only, on one line:`); filler (`workers/filler.py`) is one more paragraph, before the
+first question, after question k, or before the answer request.
 """
 
 from __future__ import annotations
@@ -26,11 +30,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posbias.schemas import ChatTemplateUse, PosbiasError, PromptTemplate, Question, Trial
+from posbias.schemas import (
+    ChatTemplateUse,
+    FillerPlace,
+    FillerSpec,
+    PosbiasError,
+    PromptTemplate,
+    Question,
+    Trial,
+)
 from posbias.workers.engine import Tokenizer
+from posbias.workers.filler import filler_text
 
 _QUESTION_FIELDS = re.compile(r"\{(number|question|choices)\}")
 _CHOICE_FIELDS = re.compile(r"\{(index|text)\}")
+_ORDER_FIELDS = re.compile(r"\{(order)\}")
+_PROBE_FIELDS = re.compile(r"\{(number)\}")
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,12 @@ class RenderedPrompt:
     """One entry per position, in order."""
     token_ids: tuple[int, ...] | None
     """The exact tokens to feed the model; None without a tokenizer."""
+    asked: tuple[int, ...] = ()
+    """The positions whose answers the prompt asks for, in the order it asks them."""
+    filler_chars: tuple[int, int] | None = None
+    """Character span of the filler in `text`; None without filler."""
+    filler_tokens: tuple[int, int] | None = None
+    """Token span of the filler (start, one past the end); None without filler or tokenizer."""
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -112,12 +133,17 @@ def render(
     template: PromptTemplate,
     chat_template: ChatTemplateUse,
     tokenizer: Tokenizer | None,
+    filler: FillerSpec | None = None,
+    seed: int = 0,
 ) -> RenderedPrompt:
-    """Render `trial` with `template`, locating every question block in characters and (with a tokenizer)
-    in tokens.
+    """Render `trial` with `template`, locating every question block (and the filler) in characters and
+    (with a tokenizer) in tokens.
 
-    With a chat template the prompt is one user turn (Gemma has no system role) and is encoded without
-    special tokens, since the template already carries BOS; without one the tokenizer adds them.
+    The trial's design shapes the text around the questions: its answer order (stated after the
+    instructions unless forward), its probe (the probe design's instructions and request), and its filler
+    (`filler` and the job's `seed` pick the text; `trial.filler_tokens` its length). With a chat template
+    the prompt is one user turn (Gemma has no system role) and is encoded without special tokens, since the
+    template already carries BOS; without one the tokenizer adds them.
     """
     shown: list[tuple[Question, tuple[int, ...]]] = []
     for position, qid in enumerate(trial.question_ids, start=1):
@@ -130,19 +156,55 @@ def render(
         if sorted(order) != list(range(len(question.choices))):
             raise ValueError(f"trial {trial.index}: option order {order} does not permute question {qid}")
         shown.append((question, order))
+    asked = trial.asked()
+    if sorted(set(asked)) != sorted(asked) or not set(asked) <= set(range(1, len(shown) + 1)):
+        raise ValueError(f"trial {trial.index}: it asks for positions {asked} of {len(shown)}")
 
     most_options = max((len(order) for _, order in shown), default=0)
-    head = template.instructions.replace("{options}", options_phrase(most_options))
-    parts = [head]
+    probe = trial.probe is not None
+    head = (template.probe_instructions if probe else template.instructions).replace(
+        "{options}", options_phrase(most_options)
+    )
+    if trial.filler_tokens and filler is None:
+        raise ValueError(f"trial {trial.index} has {trial.filler_tokens} filler tokens but no filler spec")
+    padding = (
+        filler_text(filler, trial, seed=seed, tokenizer=tokenizer, separator=template.separator)
+        if filler is not None and trial.filler_tokens
+        else ""
+    )
+    place = filler.where if filler is not None else None
+    after = filler.position if filler is not None and filler.position is not None else 0
+
+    parts: list[str] = []
+    offset = 0
+    filler_span: tuple[int, int] | None = None
+
+    def add(text: str) -> tuple[int, int]:
+        nonlocal offset
+        if parts:
+            offset += len(template.separator)
+        span = (offset, offset + len(text))
+        parts.append(text)
+        offset += len(text)
+        return span
+
+    add(head)
+    if trial.answer_order is not None:
+        order_text = ", ".join(map(str, trial.answer_order))
+        add(_fill(_ORDER_FIELDS, template.order_instruction, {"order": order_text}))
+    if padding and place is FillerPlace.before:
+        filler_span = add(padding)
     spans: list[tuple[int, int]] = []
-    offset = len(head)
     for position, (question, order) in enumerate(shown, start=1):
-        block = question_block(template, position=position, question=question, order=order)
-        offset += len(template.separator)
-        spans.append((offset, offset + len(block)))
-        offset += len(block)
-        parts.append(block)
-    parts.append(template.answer_intro)
+        spans.append(add(question_block(template, position=position, question=question, order=order)))
+        if padding and place is FillerPlace.after and position == after:
+            filler_span = add(padding)
+    if padding and place is FillerPlace.end:
+        filler_span = add(padding)
+    if probe:
+        add(_fill(_PROBE_FIELDS, template.probe_request, {"number": str(trial.probe)}))
+    else:
+        add(template.answer_intro)
     user_text = template.separator.join(parts)
 
     use_template = uses_chat_template(chat_template, tokenizer=tokenizer)
@@ -160,12 +222,15 @@ def render(
 
     token_ids: tuple[int, ...] | None = None
     token_spans: list[tuple[int | None, int | None]] = [(None, None)] * len(spans)
+    filler_tokens: tuple[int, int] | None = None
     if tokenizer is not None:
         encoding = tokenizer.encode(text, add_special_tokens=not use_template)
         token_ids = tuple(encoding.ids)
         offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
         starts, ends = offsets[:, 0], offsets[:, 1]
         token_spans = [_token_span(starts, ends, start + shift, end + shift) for start, end in spans]
+        if filler_span is not None:
+            filler_tokens = _token_span(starts, ends, filler_span[0] + shift, filler_span[1] + shift)
 
     rendered = tuple(
         RenderedQuestion(
@@ -188,17 +253,38 @@ def render(
         chat_template_used=use_template,
         questions=rendered,
         token_ids=token_ids,
+        asked=asked,
+        filler_chars=None if filler_span is None else (filler_span[0] + shift, filler_span[1] + shift),
+        filler_tokens=filler_tokens,
     )
 
 
-def answer_regex(n_options: Sequence[int]) -> str:
-    """A regular expression admitting exactly the answer sheet `1. i`, `2. i`, ... `N. i`, one per line.
+def answer_regex(n_options: Sequence[int], *, asked: Sequence[int] | None = None) -> str:
+    """A regular expression admitting exactly the answer sheet: one line `k. i` per position asked, in the
+    order asked (`asked`, 1-based positions; default 1..N, i.e. `1. i`, `2. i`, ... `N. i`).
 
     Position k admits options 1..n_options[k-1]. Only literals, character classes, plain groups and `\\n`,
     so vLLM's structured-output backends (xgrammar, guidance, outlines) all accept it.
     """
-    lines = [f"{k}\\. {_option_pattern(n)}" for k, n in enumerate(n_options, start=1)]
+    order = list(asked) if asked is not None else list(range(1, len(n_options) + 1))
+    lines = [f"{k}\\. {_option_pattern(n_options[k - 1])}" for k in order]
     return "\\n".join(lines) + "\\n?"
+
+
+def sheet_answer_tokens(asked: Sequence[int], *, tokenizer: Tokenizer) -> dict[int, int]:
+    """Per position asked, the index of its option's token in the answer sheet the design asks for (one line
+    `k. i` per position, in the order asked): exactly where a constrained answer lands, and where a model
+    that follows the format puts it. For estimates before anything is generated (`--dry-run`)."""
+    lines = [f"{k}. 1" for k in asked]
+    text = "\n".join(lines)
+    starts = [start for start, _ in tokenizer.encode(text, add_special_tokens=False).offsets]
+    found = {}
+    at = 0
+    for k, line in zip(asked, lines, strict=True):
+        digit = at + len(line) - 1
+        found[k] = max(i for i, start in enumerate(starts) if start <= digit)
+        at += len(line) + 1
+    return found
 
 
 def _option_pattern(n: int) -> str:

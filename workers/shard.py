@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from posbias.schemas import (
     AnswerMode,
     ChatTemplateUse,
+    ModelInfo,
     ParseStatus,
     QuestionResult,
     ShardResult,
@@ -93,9 +94,11 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
             template=shard.prompt,
             chat_template=shard.chat_template,
             tokenizer=engine.tokenizer,
+            filler=shard.filler,
+            seed=shard.seed,
         )
         prompt_tokens = len(rendered.token_ids or ())
-        max_tokens = shard.sampling.max_tokens_for(trial.batch_size, answer_mode=shard.answer_mode)
+        max_tokens = shard.sampling.max_tokens_for(len(rendered.asked), answer_mode=shard.answer_mode)
         if prompt_tokens + max_tokens > engine.max_model_len:
             skipped[trial.index] = TrialResult(
                 trial_index=trial.index,
@@ -103,12 +106,14 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
                 skip_reason=f"prompt is {prompt_tokens} tokens (+{max_tokens} for the answers); "
                 f"the model's context is {engine.max_model_len}",
                 prompt_tokens=prompt_tokens,
+                **_filler_span(rendered),
             )
             continue
+        ends = tuple(placed.token_end for placed in rendered.questions if placed.token_end is not None)
         request = GenerationRequest(
             prompt_token_ids=list(rendered.token_ids or ()),
             max_tokens=max_tokens,
-            regex=answer_regex(rendered.n_options) if constrained else None,
+            regex=answer_regex(rendered.n_options, asked=rendered.asked) if constrained else None,
             option_labels=option_labels(max(rendered.n_options)),
             answer_key=rendered.answer_key,
             question_ids=tuple(placed.question_id for placed in rendered.questions),
@@ -119,6 +124,8 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
             n_options=rendered.n_options,
             budget=budget,
             cache_salt=f"job {shard.job_id} trial {trial.index}" if random_draws else None,
+            asked=rendered.asked,
+            question_token_ends=ends if len(ends) == len(rendered.questions) else None,
         )
         to_run.append((trial, rendered, request))
     return _Prepared(shard=shard, to_run=to_run, skipped=skipped)
@@ -129,6 +136,7 @@ def _finish(work: _Prepared, *, engine: Engine) -> ShardResult:
     constrained = shard.answer_mode is AnswerMode.constrained
     trial_results = dict(work.skipped)
     results: list[QuestionResult] = []
+    model = engine.model_info
     for (trial, rendered, _), generation in zip(work.to_run, work.generations, strict=True):
         trial_results[trial.index] = TrialResult(
             trial_index=trial.index,
@@ -140,10 +148,12 @@ def _finish(work: _Prepared, *, engine: Engine) -> ShardResult:
             if generation.token_ids or generation.output_tokens is None
             else generation.output_tokens,
             output_text=generation.text,
+            **_filler_span(rendered),
         )
-        parsed = parse_answers(generation.text, n_options=rendered.n_options)
+        parsed = parse_answers(generation.text, n_options=rendered.n_options, asked=rendered.asked)
         results.extend(
-            _result(shard, trial, rendered, generation, answer, constrained=constrained) for answer in parsed
+            _result(shard, trial, rendered, generation, answer, model=model, constrained=constrained)
+            for answer in parsed
         )
 
     return ShardResult(
@@ -164,6 +174,7 @@ def _result(
     generation: Generation,
     answer: ParsedAnswer,
     *,
+    model: ModelInfo,
     constrained: bool,
 ) -> QuestionResult:
     placed = rendered.questions[answer.position - 1]
@@ -172,6 +183,7 @@ def _result(
     distance = None
     if answer_token is not None and placed.token_end is not None and rendered.prompt_tokens is not None:
         distance = (rendered.prompt_tokens - placed.token_end) + answer_token
+    in_window, visible = window_view(distance, model=model)
     probs = _option_probs(generation, answer_token, n_options=placed.n_options, renormalise=constrained)
     return QuestionResult(
         trial_index=trial.index,
@@ -184,11 +196,41 @@ def _result(
         parse_status=answer.status,
         question_token_start=placed.token_start,
         question_token_end=placed.token_end,
+        answer_slot=answer.slot,
         answer_token_index=answer_token,
         token_distance=distance,
+        in_window=in_window,
+        visible_layers=visible,
         option_probs=probs,
         gold_prob=probs[placed.gold] if probs is not None else None,
     )
+
+
+def window_view(distance: int | None, *, model: ModelInfo) -> tuple[bool | None, int | None]:
+    """Whether a question `distance` tokens before its answer is inside `model`'s sliding window, and how
+    many of its layers can attend to it from the position that produced the answer token.
+
+    That position is one before the answer token, so the question's last token is `distance` positions
+    back, and a sliding layer sees it when `distance < window` (a query attends to the `window` positions up
+    to and including itself, as in transformers' and vLLM's Gemma 2). Global layers always see it. A model
+    without a window has every layer global.
+    """
+    if distance is None:
+        return None, None
+    if model.sliding_window is None:
+        return None, model.num_layers
+    inside = distance < model.sliding_window
+    if model.num_layers is None:
+        return inside, None
+    sliding = (
+        len(model.sliding_window_layers) if model.sliding_window_layers is not None else model.num_layers
+    )
+    return inside, model.num_layers - sliding + (sliding if inside else 0)
+
+
+def _filler_span(rendered: RenderedPrompt) -> dict[str, int | None]:
+    span = rendered.filler_tokens
+    return {"filler_token_start": span[0] if span else None, "filler_token_end": span[1] if span else None}
 
 
 def _token_at(generation: Generation, char: int) -> int | None:

@@ -1,7 +1,8 @@
 """A fake engine whose accuracy follows a configured curve, and a small deterministic tokenizer for it.
 
 `FakeEngine` implements the `Engine` protocol without a model: it reads the gold answers the request carries
-and answers position p of N correctly with probability `FakeSpec.accuracy(p, N)`, with answers correlated
+and answers each question correctly with the probability `FakeSpec.accuracy_of` gives at its position (or its
+answer slot, or its token distance to its answer: `FakeSpec.depends_on`), with answers correlated
 through question and prompt effects as a model's are (see `FakeSpec` and `latent_correct`). Unit tests run
 the whole worker path on it, and the analysis is checked by recovering the curve it was given
 (benchmarks/coverage.py simulates with the same decision rule, `latent_correct`, without the engine).
@@ -32,6 +33,8 @@ FIRST_WORD_ID = 1000
 VOCAB_SIZE = 1_000_000
 DEFAULT_MAX_MODEL_LEN = 1_000_000
 GARBAGE = "I am not sure"
+FAKE_LAYERS = 4
+FAKE_SLIDING_LAYERS = (0, 2)
 
 _PIECES = re.compile(
     "|".join(re.escape(token) for token in SPECIAL_TOKENS) + r"|\w+|[^\w\s]|\s+",
@@ -91,15 +94,18 @@ class FakeEngine:
     Deterministic like greedy decoding: a request's randomness comes from the engine seed and a digest of its
     prompt tokens, so the same prompt always gets the same answer (sampling settings are ignored).
 
-    Per position p of N: with probability `spec.malformed` (free mode only; constrained output always follows
-    the regex) the line is garbage, half the time `p. I am not sure` and half the time left out; otherwise
-    the answer is the gold option with probability `spec.accuracy(p, N)` and a uniformly drawn wrong option
-    otherwise, among `len(request.option_labels)` options.
+    It answers the positions the request asks for, in the order asked (as a model following the
+    instructions does). Per position p of N: with probability `spec.malformed` (free mode only; constrained
+    output always follows the regex) the line is garbage, half the time `p. I am not sure` and half the time
+    left out; otherwise the answer is the gold option with probability `spec.accuracy_of(...)` at its
+    position, its answer slot or its token distance (`spec.depends_on`; the distance is measured exactly as
+    the worker records it), and a uniformly drawn wrong option otherwise, among `len(request.option_labels)`
+    options.
 
     Log-probabilities: at an answer's digit the distribution over the options is half a point mass on the
-    option written plus half a "belief" giving the gold option `spec.accuracy(p, N)` and the rest equal
+    option written plus half a "belief" giving the gold option the answer's accuracy and the rest equal
     shares. The written option is always the most probable (as under greedy decoding), and the mean
-    probability of the gold option at a position equals the configured accuracy there. Every other output
+    probability of the gold option equals the configured accuracy of the answer. Every other output
     token has log-probability 0.
     """
 
@@ -129,8 +135,18 @@ class FakeEngine:
 
     @property
     def model_info(self) -> ModelInfo:
-        """Only the name and the context length: the fake has no architecture."""
-        return ModelInfo(name=self._model, context_length=self._max_model_len)
+        """The name and the context length; with `spec.window`, a 4-layer model whose layers 0 and 2 slide
+        over that window (the shape of Gemma 2), so results are window-aware as a real model's are."""
+        if self._spec.window is None:
+            return ModelInfo(name=self._model, context_length=self._max_model_len)
+        return ModelInfo(
+            name=self._model,
+            architecture="FakeSlidingWindow",
+            num_layers=FAKE_LAYERS,
+            sliding_window=self._spec.window,
+            sliding_window_layers=FAKE_SLIDING_LAYERS,
+            context_length=self._max_model_len,
+        )
 
     @property
     def tokenizer(self) -> FakeTokenizer:
@@ -180,42 +196,65 @@ class FakeEngine:
         labels = request.option_labels
         n_options = len(labels)
         n = len(request.answer_key)
+        asked = request.asked or tuple(range(1, n + 1))
         ids = request.question_ids or tuple(f"position-{p}" for p in range(1, n + 1))
         questions = question_latents(ids)
         prompt = prompt_latent(ids)
+        # Four draws per position whatever happens (and whichever positions are asked), so the answers do not
+        # depend on `malformed` or on the order asked.
+        draws = rng.random((n, 4))
         lines: list[str] = []
-        answered: list[tuple[int, int, int, float]] = []  # (line, option, gold, accuracy) of answer lines
-        for position, gold in enumerate(request.answer_key, start=1):
-            # Four draws per position whatever happens, so the answers do not depend on `malformed`.
-            malformed, kind, correct, wrong = rng.random(4)
-            accuracy = self._spec.accuracy(position, n)
+        answered: list[tuple[int, int]] = []  # (line, position) of answer lines
+        for position in asked:
+            malformed, kind, _, _ = draws[position - 1]
             if request.regex is None and malformed < self._spec.malformed:
                 if kind < 0.5:
                     lines.append(f"{position}. {GARBAGE}")
                 continue
+            answered.append((len(lines), position))
+            lines.append(f"{position}. {labels[0]}")  # the option is chosen below; its token is the same
+
+        # Where each answer's token lands, from the sheet with placeholder options (every label is one token).
+        line_starts = np.cumsum([0] + [len(line) + 1 for line in lines])
+        sheet = self._tokenizer.encode("\n".join(lines), add_special_tokens=False)
+        starts = [start for start, _ in sheet.offsets]
+        chosen: dict[int, tuple[int, float]] = {}  # line -> (option, accuracy)
+        for line, position in answered:
+            token = starts.index(int(line_starts[line]) + lines[line].index(". ") + 2)
+            ends = request.question_token_ends
+            distance = (
+                len(request.prompt_token_ids) - ends[position - 1] + token if ends is not None else None
+            )
+            accuracy = float(
+                self._spec.accuracy_of(
+                    position=position, batch_size=n, slot=line + 1, answers=len(asked), distance=distance
+                )
+            )
+            gold = request.answer_key[position - 1]
             option = gold
             right = latent_correct(
                 accuracy,
                 question=questions[position - 1],
                 prompt=prompt,
-                noise=float(ndtri(correct)),
+                noise=float(ndtri(draws[position - 1, 2])),
                 question_effect=self._spec.question_effect,
                 prompt_effect=self._spec.prompt_effect,
             )
             if not right:
                 others = [i for i in range(n_options) if i != gold]
-                option = others[int(wrong * len(others))]
-            answered.append((len(lines), option, gold, accuracy))
-            lines.append(f"{position}. {labels[option]}")
+                option = others[int(draws[position - 1, 3] * len(others))]
+            chosen[line] = (option, accuracy)
+            lines[line] = f"{position}. {labels[option]}"
         text = "\n".join(lines)
 
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
         offsets = [start for start, _ in encoding.offsets]
         logprobs: list[dict[str, float]] = [{text[s:e].strip(): 0.0} for s, e in encoding.offsets]
-        line_starts = np.cumsum([0] + [len(line) + 1 for line in lines])
-        for line, option, gold, accuracy in answered:
+        for line, position in answered:
+            option, accuracy = chosen[line]
             digit_at = int(line_starts[line]) + lines[line].index(". ") + 2
             token = offsets.index(digit_at)
+            gold = request.answer_key[position - 1]
             logprobs[token] = _option_logprobs(labels, chosen=option, gold=gold, accuracy=accuracy)
 
         if len(encoding.ids) > request.max_tokens:  # a real engine stops at the limit mid-sheet

@@ -21,7 +21,7 @@ from typer.exceptions import TyperException
 
 from posbias.schemas import PosbiasError, RotationCostWarning, one_line
 from posbias.service import database
-from posbias.service.cli import curves, db, export, jobs, models, schedule, submit, worker
+from posbias.service.cli import curves, db, explain, export, jobs, models, schedule, submit, worker
 from posbias.service.cli.common import BadUsage, err, out
 from posbias.service.settings import load_settings
 
@@ -37,7 +37,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-for module in (submit, worker, jobs, curves, export, models):
+for module in (submit, worker, jobs, curves, explain, export, models):
     module.register(app)
 app.add_typer(db.app, name="db")
 app.add_typer(schedule.app, name="schedule")

@@ -47,7 +47,13 @@ def curve(
         str | None,
         typer.Option(help="One variant, e.g. global-only (default: each variant, a curve of its own)."),
     ] = None,
-    by: Annotated[CurveAxis, typer.Option(help="position, or token-distance (binned).")] = CurveAxis.position,
+    by: Annotated[
+        CurveAxis,
+        typer.Option(
+            help="position; answer-slot (the line a question was answered on); token-distance (binned); "
+            "filler-length (every position pooled per length)."
+        ),
+    ] = CurveAxis.position,
     bin_width: Annotated[int, typer.Option(help="Token-distance bin width.", min=1, max=10_000_000)] = 256,
     output_format: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     plot: Annotated[
@@ -56,6 +62,13 @@ def curve(
     band: Annotated[
         bool, typer.Option("--band", help="Also show the simultaneous 95% band over all positions.")
     ] = False,
+    heatmap: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write a PNG heatmap of accuracy by filler length x position (a filler sweep's grid), "
+            "one panel per batch size."
+        ),
+    ] = None,
 ) -> None:
     """Accuracy by position: per point n, accuracy among parsed answers with its pointwise 95% interval,
     parse rate, accuracy with failed parses counted as wrong (strict), mean p(gold); per curve the
@@ -63,7 +76,8 @@ def curve(
     (clustered, difficulty adjusted) and the p-value of "no position effect". --band adds the simultaneous
     95% band (it holds at every position at once). Intervals treat a trial (or, under rotation, a sampled
     set) as one cluster; pooled jobs count each distinct trial once. A job's variants are curves of their
-    own, never pooled (--variant picks one).
+    own, never pooled (--variant picks one). A filler sweep gives one curve per filler length (by position
+    or answer slot); --heatmap draws that grid.
 
     Example: posbias curve --model google/gemma-2-2b-it --batch-size 50 --plot curve.png
     """
@@ -77,6 +91,11 @@ def curve(
         from posbias.service.plot import plot_curves
 
         plot_curves(curves, path=plot)
+    if heatmap is not None:
+        from posbias.service.plot import plot_heatmap
+
+        grid = curves if by is CurveAxis.position else api.curves(query, settings=settings_of(ctx))
+        plot_heatmap(grid, path=heatmap)
     if output_format == "json":
         print_json([c.model_dump(mode="json") for c in curves])
     elif output_format == "csv":
@@ -84,8 +103,10 @@ def curve(
     else:
         for c in curves:
             print_curve(c, band=band)
-    if plot is not None and output_format == "table":
-        out.print(f"wrote {plot}")
+    if output_format == "table":
+        for written in (plot, heatmap):
+            if written is not None:
+                out.print(f"wrote {written}")
 
 
 def _write_curve_csv(curves: list[Curve]) -> None:
@@ -97,6 +118,7 @@ def _write_curve_csv(curves: list[Curve]) -> None:
             "revision",
             "variant",
             "batch_size",
+            "filler_tokens",
             x,
             "n",
             "n_parsed",
@@ -119,7 +141,8 @@ def _write_curve_csv(curves: list[Curve]) -> None:
                     c.revision or "",
                     c.variant,
                     c.batch_size,
-                    p.position if c.by == "position" else num(p.x),
+                    "" if c.filler_tokens is None else c.filler_tokens,
+                    num(p.x) if c.by == "token-distance" else p.position,
                     p.n,
                     p.n_parsed,
                     p.n_correct,
@@ -137,13 +160,12 @@ def _write_curve_csv(curves: list[Curve]) -> None:
 
 def print_curve(c: Curve, *, band: bool = False) -> None:
     """A curve as a table, with its summaries below it."""
-    axis = "position" if c.by == "position" else "tokens (bin centre)"
+    axis = {"token-distance": "tokens (bin centre)", "filler-length": "filler tokens"}.get(c.by, c.by)
     jobs = ",".join(map(str, c.job_ids))
     variant = f" [{c.variant}]" if c.variant != BASELINE else ""
-    table = Table(
-        title=f"{c.model}{'@' + c.revision if c.revision else ''}{variant} - batch size {c.batch_size} "
-        f"(jobs {jobs})"
-    )
+    filler = f", {c.filler_tokens:,} filler tokens" if c.filler_tokens else ""
+    name = f"{c.model}{'@' + c.revision if c.revision else ''}{variant}"
+    table = Table(title=f"{name} - batch size {c.batch_size}{filler} (jobs {jobs})")
     columns = [axis, "n", "accuracy", "95% CI (pointwise)"]
     if band:
         columns.append("95% band (simultaneous)")
@@ -152,7 +174,7 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
         table.add_column(column, justify="right")
     for p in c.points:
         row = [
-            str(p.position) if c.by == "position" else f"{p.x:g}",
+            f"{p.x:g}" if c.by == "token-distance" else str(p.position),
             str(p.n),
             pct(p.accuracy),
             f"{pct(p.ci_low)} to {pct(p.ci_high)}",
@@ -171,7 +193,8 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
     )
     if c.contrast is not None and c.contrast.estimate is not None:
         k = c.contrast
-        out.print(f"last minus first: {pp(k.estimate)} (95% CI {pp(k.low)} to {pp(k.high)})")
+        which = "longest minus no filler" if c.by == "filler-length" else "last minus first"
+        out.print(f"{which}: {pp(k.estimate)} (95% CI {pp(k.low)} to {pp(k.high)})")
     if c.note is not None:
         out.print(f"note: {c.note}")
     if c.first_last_ratio is not None:
@@ -183,8 +206,9 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
         s = c.slope
         effect = c.position_effect
         whole = f"; first to last {pp(effect.estimate)}" if effect is not None else ""
+        unit = "slot" if c.by == "answer-slot" else "position"
         out.print(
-            f"slope: {pp(s.estimate)} per position (95% CI {pp(s.low)} to {pp(s.high)}; clustered, "
+            f"slope: {pp(s.estimate)} per {unit} (95% CI {pp(s.low)} to {pp(s.high)}; clustered, "
             f"difficulty adjusted{whole})"
         )
     if c.shape_p is not None:

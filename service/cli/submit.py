@@ -25,11 +25,14 @@ from rich.table import Table
 import posbias.api as api
 from posbias.schemas import (
     AnswerMode,
+    AnswerOrder,
     ChatTemplateUse,
     Design,
     DryRun,
     EndpointApi,
     EngineName,
+    FakeAxis,
+    FillerPlace,
     JobSpec,
     PosbiasError,
     RotationCostWarning,
@@ -75,7 +78,37 @@ BatchSizesOpt = Annotated[str | None, typer.Option(help="Questions per prompt, e
 IterationsOpt = Annotated[int | None, typer.Option(help="Trials per batch size.")]
 SeedOpt = Annotated[int | None, typer.Option(help="Seed for sampling questions.")]
 DesignOpt = Annotated[
-    Design | None, typer.Option(help="random, or rotation (every question at every position).")
+    Design | None,
+    typer.Option(
+        help="random; rotation (every question at every position); probe (N questions shown, one asked, "
+        "every position equally often)."
+    ),
+]
+AnswerOrderOpt = Annotated[
+    AnswerOrder | None,
+    typer.Option(
+        help="Order the answers are asked in: forward (1..N), reverse, or random (per set, stated in the "
+        "instructions and stored)."
+    ),
+]
+FillerTokensOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Filler lengths in the model's tokens, e.g. 0,1000,4000: every set is shown at each (length x "
+        "position)."
+    ),
+]
+FillerWhereOpt = Annotated[
+    FillerPlace | None,
+    typer.Option(help="Where filler goes: before the questions, after question K, or at the end (default)."),
+]
+FillerAfterOpt = Annotated[
+    int | None,
+    typer.Option(help="Filler after question K (moves questions 1..K away from their answers)."),
+]
+FillerSourceOpt = Annotated[
+    str | None,
+    typer.Option(help="Filler text: builtin (default; neutral sentences) or a UTF-8 text file."),
 ]
 AnswerModeOpt = Annotated[
     AnswerMode | None, typer.Option(help="free (parse what the model writes) or constrained (regex-forced).")
@@ -165,6 +198,14 @@ HfOverridesOpt = Annotated[
         show_default=False,
     ),
 ]
+FakeDependsOpt = Annotated[
+    FakeAxis | None,
+    typer.Option(help="Fake engine: accuracy follows the position, the answer-slot or the token-distance."),
+]
+FakeWindowOpt = Annotated[
+    int | None,
+    typer.Option(help="Fake engine: a sliding window (tokens); with token-distance, accuracy steps there."),
+]
 KeyOpt = Annotated[
     str | None,
     typer.Option(help="Submitting again with the same key returns the same job instead of a new one."),
@@ -182,6 +223,11 @@ def _build_spec(
     seed: int | None,
     design: Design | None,
     answer_mode: AnswerMode | None,
+    answer_order: AnswerOrder | None,
+    filler_tokens: str | None,
+    filler_where: FillerPlace | None,
+    filler_after: int | None,
+    filler_source: str | None,
     tensor_parallel_size: int | None,
     subjects: str | None,
     split: str | None,
@@ -208,6 +254,8 @@ def _build_spec(
     option_probs: bool | None = None,
     variant: list[str] | None = None,
     hf_overrides: str | None = None,
+    fake_depends_on: FakeAxis | None = None,
+    fake_window: int | None = None,
 ) -> tuple[JobSpec, list[str]]:
     overrides: dict[str, Any] = {}
     if variant:
@@ -221,6 +269,7 @@ def _build_spec(
         "seed": seed,
         "design": design,
         "answer_mode": answer_mode,
+        "answer_order": answer_order,
         "shuffle_choices": shuffle_choices,
         "chat_template": chat_template,
         "priority": priority,
@@ -251,8 +300,22 @@ def _build_spec(
         "option_probs": option_probs,
         "hf_overrides": None if hf_overrides is None else _json_mapping(hf_overrides, flag="--hf-overrides"),
     }
-    fake = {"first": fake_first, "last": fake_last, "malformed": fake_malformed}
-    for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake)):
+    fake = {
+        "first": fake_first,
+        "last": fake_last,
+        "malformed": fake_malformed,
+        "depends_on": fake_depends_on,
+        "window": fake_window,
+    }
+    if filler_after is not None and filler_where is None:
+        filler_where = FillerPlace.after
+    filler = {
+        "tokens": filler_tokens,
+        "where": filler_where,
+        "position": filler_after,
+        "source": filler_source,
+    }
+    for key, group in (("dataset", data_set), ("engine", engine_opts), ("fake", fake), ("filler", filler)):
         given = {k: v for k, v in group.items() if v is not None}
         if given:
             overrides[key] = given
@@ -304,6 +367,11 @@ SPEC_FLAGS: dict[str, Any] = {
     "seed": SeedOpt,
     "design": DesignOpt,
     "answer_mode": AnswerModeOpt,
+    "answer_order": AnswerOrderOpt,
+    "filler_tokens": FillerTokensOpt,
+    "filler_where": FillerWhereOpt,
+    "filler_after": FillerAfterOpt,
+    "filler_source": FillerSourceOpt,
     "tensor_parallel_size": TpOpt,
     "subjects": SubjectsOpt,
     "split": SplitOpt,
@@ -330,6 +398,8 @@ SPEC_FLAGS: dict[str, Any] = {
     "option_probs": OptionProbsOpt,
     "variant": VariantOpt,
     "hf_overrides": HfOverridesOpt,
+    "fake_depends_on": FakeDependsOpt,
+    "fake_window": FakeWindowOpt,
 }
 """Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
 
@@ -376,7 +446,11 @@ def submit(
     spec: JobSpec,
     idempotency_key: KeyOpt = None,
     dry_run: Annotated[
-        bool, typer.Option(help="Print trials, shards and prompt tokens; enqueue nothing.")
+        bool,
+        typer.Option(
+            help="Print trials, shards and prompt tokens, and per batch size and filler length the token "
+            "distances covered and how many reach past the model's sliding window; enqueue nothing."
+        ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -422,6 +496,8 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
             str(b.max_prompt_tokens),
         )
     out.print(table)
+    if dry.designs:
+        _print_designs(dry)
     out.print(f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer})")
     if dry.spec.variants:
         out.print(f"{len(dry.spec.variants)} variants, each answering every trial:")
@@ -468,6 +544,36 @@ def _print_endpoint(dry: DryRun) -> None:
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
+
+
+def _print_designs(dry: DryRun) -> None:
+    window = dry.sliding_window
+    own = f"the model's sliding window: {window:,} tokens" if window else "no sliding window known here"
+    table = Table(title=f"design: {dry.design} ({own})")
+    columns = ["batch size", "filler tokens", "trials", "mean prompt tokens", "max prompt tokens"]
+    columns += ["token distances", "past the window"]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for d in dry.designs:
+        distances = (
+            f"{d.min_distance:,} to {d.max_distance:,}"
+            if d.min_distance is not None and d.max_distance is not None
+            else "not known here"
+        )
+        past = "" if d.past_window is None else f"{100 * d.past_window:.0f}% of answers"
+        table.add_row(
+            str(d.batch_size),
+            f"{d.filler_tokens:,}",
+            str(d.trials),
+            f"{d.mean_prompt_tokens:.0f}",
+            str(d.max_prompt_tokens),
+            distances,
+            past,
+        )
+    out.print(table)
+    out.print(
+        "token distances: from a question's end to its answer, the answers on the lines the design asks for"
+    )
 
 
 @takes_spec

@@ -80,11 +80,36 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
         "--json",
         **cache,
     ).json()
+    # A design that separates the suspects: answers asked in a stated random order, and questions 1-5 moved
+    # 48 filler tokens away from their answers (and not), in the same engine.
+    designed = posbias(
+        "submit",
+        "--model",
+        "demo",
+        "--batch-sizes",
+        "10",
+        "--iterations",
+        "1",
+        "--answer-mode",
+        "constrained",
+        "--answer-order",
+        "random",
+        "--filler-tokens",
+        "0,48",
+        "--filler-where",
+        "after",
+        "--filler-after",
+        "5",
+        "--max-model-len",
+        str(context),
+        "--json",
+        **cache,
+    ).json()
     worker = posbias("worker", "--until-empty", "--json", **cache).json()
 
-    assert worker["shards_failed"] == 0 and worker["trials_done"] == 2 + 2 + 1
+    assert worker["shards_failed"] == 0 and worker["trials_done"] == 2 + 2 + 1 + 2
     assert list(worker["model_loads"].values()) == [1], "two jobs of one model in a row load it once"
-    for job in (first["job_id"], second["job_id"]):
+    for job in (first["job_id"], second["job_id"], designed["job_id"]):
         status = posbias("status", str(job), "--json", **cache).json()
         assert status["status"] == "done"
         engine = status["engine"]
@@ -112,6 +137,32 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
         assert 0 <= start < end <= int(row["prompt_tokens"])
         assert int(row["token_distance"]) == int(row["prompt_tokens"]) - end + int(row["answer_token_index"])
         assert sum(json.loads(row["option_probs"])) == pytest.approx(1.0, abs=1e-3)
+
+    posbias("export", str(designed["job_id"]), "--out", "designed.csv")
+    rows = list(csv.DictReader((tmp_path / "designed.csv").read_text().splitlines()))
+    assert len(rows) == 2 * 10 and {row["filler_tokens"] for row in rows} == {"0", "48"}
+    by_length = {length: [r for r in rows if r["filler_tokens"] == length] for length in ("0", "48")}
+    orders = {length: json.loads(group[0]["answer_order"]) for length, group in by_length.items()}
+    assert orders["0"] == orders["48"] and sorted(orders["0"]) == list(range(1, 11)), "one order per set"
+    distance = {}
+    for length, group in by_length.items():
+        for row in group:
+            # The constrained sheet follows the stated order: position p is on the line where p is asked.
+            assert int(row["answer_slot"]) == orders[length].index(int(row["position"])) + 1
+            assert row["in_window"] == "" and row["visible_layers"] == "30", "no window: every layer sees it"
+            distance[length, int(row["position"])] = int(row["token_distance"])
+        if length == "48":
+            start, end = int(group[0]["filler_token_start"]), int(group[0]["filler_token_end"])
+            assert end - start == 48
+    # The filler after question 5 moves questions 1-5, and only them, 48 tokens further from their answers.
+    # (48 tokens and the paragraph break that sets it apart).
+    moved = [distance["48", p] - distance["0", p] for p in range(1, 11)]
+    assert moved[5:] == [0] * 5 and len(set(moved[:5])) == 1 and 48 <= moved[0] <= 52, moved
+    slots = posbias(
+        "curve", "--job", str(designed["job_id"]), "--by", "answer-slot", "--format", "json"
+    ).json()
+    assert sorted(c["filler_tokens"] for c in slots) == [0, 48], "one curve per filler length"
+    assert all([p["position"] for p in c["points"]] == list(range(1, 11)) for c in slots)
 
     (model,) = posbias("models", "--json").json()
     assert model["name"] == "demo" and model["architecture"] == "LlamaForCausalLM"
