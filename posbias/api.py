@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from posbias.schemas import (
+    BASELINE,
     Comparison,
     ConflictError,
     Curve,
@@ -295,14 +296,16 @@ def explain(
     *,
     settings: Settings | None = None,
     batch_size: int | None = None,
+    variant: str = BASELINE,
 ) -> list[Explanation]:
     """What moves the curve of a job (or of several jobs of one model, pooled), per batch size: position,
     answer slot and token distance fitted together (clustered, difficulty adjusted), which of them is
     distinguishable from zero and which the design cannot tell apart, and for a model with a sliding window
-    whether there is a step at the window. `NotFoundError` when there are no results."""
+    whether there is a step at the window. `variant`: which of the jobs' variants (each is explained on its
+    own, with the window its engine was built with). `NotFoundError` when there are no results."""
     ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
-    with _store(_settings(settings)) as db:
-        return curve_reports.explain(db, ids, batch_size=batch_size)
+    with _store(_settings(settings), read_only=True) as db:
+        return curve_reports.explain(db, ids, batch_size=batch_size, variant=variant)
 
 
 def export_results(

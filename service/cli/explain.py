@@ -10,7 +10,8 @@ from rich.table import Table
 
 import posbias.api as api
 from posbias.schemas.explanation import Explanation
-from posbias.service.cli.common import JsonOpt, out, pp, print_json, settings_of
+from posbias.schemas import BASELINE
+from posbias.service.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
 
 
 def register(app: typer.Typer) -> None:
@@ -25,9 +26,14 @@ def explain(
         typer.Argument(
             help="Job id(s): several jobs of one model are pooled (e.g. a forward and a reverse-order job).",
             show_default=False,
+            min=1,
+            max=ID_MAX,
         ),
     ],
-    batch_size: Annotated[int | None, typer.Option(help="One batch size (default: every one).")] = None,
+    batch_size: BatchSizeOpt = None,
+    variant: Annotated[
+        str, typer.Option(help="Which variant of the jobs to explain (each is explained on its own).")
+    ] = BASELINE,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit correctness on position (first to last), answer slot (first to last) and token distance (per
@@ -40,7 +46,7 @@ def explain(
 
     Example: posbias explain 3
     """
-    found = api.explain(jobs, settings=settings_of(ctx), batch_size=batch_size)
+    found = api.explain(jobs, settings=settings_of(ctx), batch_size=batch_size, variant=variant)
     if as_json:
         print_json([e.model_dump(mode="json") for e in found])
         return
