@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 import posbias.api as api
-from posbias.schemas.explanation import Explanation
 from posbias.schemas import BASELINE
+from posbias.schemas.explanation import Explanation
 from posbias.service.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
 
 
