@@ -924,9 +924,12 @@ class JobSpec(Record):
         engine = self.engine.identity()
         ident: list[object] = [self.model, self.revision, self.tokenizer, engine]
         if self.engine.name is EngineName.fake:
-            ident.append(
-                self.fake_for(variant).model_dump(mode="json")
-            )  # the fake's behaviour is its "weights"
+            # The fake's behaviour is its "weights"; its fields added later count only when set.
+            fake = self.fake_for(variant).model_dump(mode="json")
+            for path in _LATER_FIELDS:
+                if path[0] == "fake" and fake.get(path[1]) == _default_at(path):
+                    del fake[path[1]]
+            ident.append(fake)
         if variant.hf_overrides or variant.expect is not None:
             expect = None if variant.expect is None else variant.expect.model_dump(mode="json")
             ident.append({"hf_overrides": variant.hf_overrides, "expect": expect})

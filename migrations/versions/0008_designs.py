@@ -11,8 +11,9 @@ answer's line and window were, and views by answer slot, filler length and windo
   token distance and the `models` row of the job.
 - Views `slot_curve` (per job, variant, batch size and answer slot), `filler_curve` (per job, variant,
   batch size, filler length and position: the length x position grid) and `window_curve` (per job, variant,
-  batch size and whether the question was inside the window), each with accuracy among parsed answers and its Wilson interval:
-  pointwise and unclustered, as `position_curve`'s; `posbias curve` and `posbias explain` cluster.
+  batch size and whether the question was inside the window), each with accuracy among parsed answers and
+  its Wilson interval: pointwise and unclustered, as `position_curve`'s; `posbias curve` and `posbias
+  explain` cluster.
 
 Revision ID: 0008
 Revises: 0007
