@@ -51,7 +51,7 @@ class Setting:
 
 
 SETTINGS = {
-    "tiny": Setting("tiny", batch_size=10, trials=32),
+    "tiny": Setting("tiny", batch_size=8, trials=32),  # 10 questions overflow its 4,096-token context
     "demo": Setting("demo", batch_size=5, trials=8),
 }
 
