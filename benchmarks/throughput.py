@@ -127,7 +127,12 @@ def start_raw_llm(spec: JobSpec, *, settings: Settings) -> Any:
     resolved = resolve_model(
         spec.model, revision=spec.revision, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
     )
-    llm, _device = _start_llm(resolved, options=spec.engine, config=settings.worker_config())
+    llm, _device = _start_llm(
+        resolved,
+        options=spec.engine,
+        config=settings.worker_config(),
+        hf_overrides=dict(spec.engine.hf_overrides),
+    )
     return llm
 
 
