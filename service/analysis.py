@@ -28,7 +28,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import ndtri
 
 from posbias.schemas import Curve, CurvePoint, Interval, ParseStatus, PosbiasError, QuestionResult, Trial
 
@@ -556,6 +555,8 @@ def percentile(
             high=None,
         )
     low, high = np.quantile(kept, [(1 - level) / 2, (1 + level) / 2])
+    from scipy.special import ndtri  # scipy costs a quarter second to import: only when a curve is built
+
     z = float(ndtri((1 + level) / 2))
     widen = small_sample(df, z) / z
     return Interval(

@@ -8,7 +8,9 @@ half-way. PostgreSQL goes through psycopg 3.
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,16 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import psycopg
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
-from sqlalchemy import URL, Connection, Engine, create_engine, event, inspect, make_url
+from sqlalchemy import URL, Connection, Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.exc import (
     ArgumentError,
     DataError,
@@ -39,6 +36,9 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from posbias import migrations
+
+if TYPE_CHECKING:
+    import alembic.config
 from posbias.schemas import PosbiasError, one_line
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -269,24 +269,24 @@ def check_schema(engine: Engine) -> None:
     """Raise `PosbiasError` unless the database behind `engine` is reachable and at the head revision."""
     try:
         with engine.connect() as connection:
-            revision = MigrationContext.configure(connection).get_current_revision()
+            revision = _current_revision(connection)
     except DBAPIError as exc:
         raise explain(exc, url=engine.url) from None
     where = describe(engine.url)
-    script = _script_directory()
-    head = script.get_current_head()
-    if revision == head:
+    newest = head()
+    if revision == newest:
         return
     if revision is None:
         raise PosbiasError(f"the database at {where} has no posbias tables yet: {UPGRADE_HINT}")
-    if revision not in {rev.revision for rev in script.walk_revisions()}:
+    if revision not in revisions():
         raise PosbiasError(
             f"the database at {where} is at schema revision {revision[:40]!r}, which this posbias does not "
             f"know: it was migrated by a newer posbias (pip install -U posbias) or belongs to another "
             f"application ({URL_HINT})"
         )
     raise PosbiasError(
-        f"the database at {where} is at schema revision {revision}, this posbias needs {head}: {UPGRADE_HINT}"
+        f"the database at {where} is at schema revision {revision}, this posbias needs {newest}: "
+        f"{UPGRADE_HINT}"
     )
 
 
@@ -432,11 +432,13 @@ def explain(exc: SQLAlchemyError | DriverError, *, url: str | URL | None = None)
     return StoreError(messages[found.problem], problem=found.problem)
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None) -> alembic.config.Config:
     """Alembic's configuration, built in code: the scripts ship inside the `migrations` package.
 
     With `connection`, migrations run on it (see `migrations/env.py`).
     """
+    from alembic.config import Config
+
     config = Config()
     # __path__, not __file__: an editable install made before migrations/ had an __init__.py maps it as a
     # namespace package, which has no __file__.
@@ -445,15 +447,36 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def _script_directory() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config())
+_REVISION = re.compile(r'^(revision|down_revision)\b[^=\n]*=\s*(?:"([^"]+)"|None)\s*$', re.M)
+
+
+@functools.cache
+def revisions() -> dict[str, str | None]:
+    """Every schema revision of the migrations package and the one it follows (None for the first), read
+    from the scripts' `revision` and `down_revision` lines. Importing Alembic costs every command a few
+    tenths of a second, and only `db upgrade` and `db downgrade` need it (a unit test checks that this
+    reads what Alembic reads)."""
+    found: dict[str, str | None] = {}
+    for script in sorted((Path(next(iter(migrations.__path__))) / "versions").glob("[0-9]*.py")):
+        fields = {name: value for name, value in _REVISION.findall(script.read_text(encoding="utf-8"))}
+        found[fields["revision"]] = fields.get("down_revision") or None
+    return found
 
 
 def head() -> str:
-    """The newest schema revision this posbias knows."""
-    revision = _script_directory().get_current_head()
-    assert revision is not None, "the migrations package has no revisions"
-    return revision
+    """The newest schema revision this posbias knows: the one no other revision follows."""
+    followed = set(revisions().values())
+    heads = [revision for revision in revisions() if revision not in followed]
+    assert len(heads) == 1, f"the migrations package must have one head, not {heads}"
+    return heads[0]
+
+
+def _current_revision(connection: Connection) -> str | None:
+    """The database's Alembic revision, as Alembic keeps it (`alembic_version`); None when it has none."""
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    found = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    return str(found[0]) if found else None
 
 
 @contextmanager
@@ -471,8 +494,12 @@ def _migration_connection(
             yield connection
     except DBAPIError as exc:
         raise explain(exc, url=engine.url) from exc
-    except CommandError as exc:
-        raise RevisionError(f"{one_line(exc)}: `posbias db current` shows the revisions") from None
+    except Exception as exc:
+        from alembic.util.exc import CommandError
+
+        if isinstance(exc, CommandError):
+            raise RevisionError(f"{one_line(exc)}: `posbias db current` shows the revisions") from None
+        raise
     finally:
         engine.dispose()
 
@@ -483,7 +510,7 @@ class RevisionError(PosbiasError):
 
 def _foreign(connection: Connection) -> tuple[str | None, list[str]]:
     """The database's Alembic revision (None if it has none) and its other tables and views."""
-    revision = MigrationContext.configure(connection).get_current_revision()
+    revision = _current_revision(connection)
     inspector = inspect(connection)
     names = [*inspector.get_table_names(), *inspector.get_view_names()]
     return revision, sorted(n for n in names if n != "alembic_version" and not n.startswith("sqlite_"))
@@ -507,9 +534,8 @@ def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> N
         # Looked at read-only first: a store that is refused is left exactly as it was.
         with _migration_connection(parsed, read_only=True, create=False) as connection:
             current, tables = _foreign(connection)
-        known = {rev.revision for rev in _script_directory().walk_revisions()}
         where = describe(parsed)
-        if current is not None and current not in known:
+        if current is not None and current not in revisions():
             raise PosbiasError(
                 f"the database at {where} is at Alembic revision {current[:40]!r}, which is not posbias's: "
                 f"it was migrated by a newer posbias (pip install -U posbias) or by another application; "
@@ -522,6 +548,8 @@ def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> N
                 "posbias schema: use a database of its own (or pass --force to add posbias's tables beside "
                 "them)"
             )
+    from alembic import command
+
     with _migration_connection(parsed) as connection:
         command.upgrade(alembic_config(connection), revision)
 
@@ -532,6 +560,8 @@ def downgrade(url: str | URL, revision: str) -> None:
     path = sqlite_path(parsed)
     if path is not None:
         _check_sqlite_file(path)
+    from alembic import command
+
     with _migration_connection(parsed, create=False) as connection:
         command.downgrade(alembic_config(connection), revision)
 
@@ -549,4 +579,4 @@ def current(url: str | URL) -> str | None:
                 return None  # an empty file is an empty database; opening it is not asked for
             raise
     with _migration_connection(parsed, read_only=True, create=False) as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+        return _current_revision(connection)

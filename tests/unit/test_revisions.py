@@ -1,0 +1,26 @@
+"""The schema revisions posbias reads without Alembic (so commands start without importing it) are the ones
+Alembic reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from alembic.script import ScriptDirectory
+
+from posbias.service import database
+
+
+def test_revisions_read_from_the_scripts_are_alembics() -> None:
+    script = ScriptDirectory.from_config(database.alembic_config())
+    assert database.revisions() == {rev.revision: rev.down_revision for rev in script.walk_revisions()}
+    assert database.head() == script.get_current_head()
+
+
+def test_a_command_that_only_reads_the_store_does_not_import_alembic_or_scipy() -> None:
+    code = (
+        "import sys, posbias.service.cli.app; "
+        "print(sorted(m for m in ('alembic', 'scipy') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
