@@ -35,6 +35,7 @@ import math
 import os
 import re
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,10 @@ class HfTokenizer:
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
 
 
+_OPEN: weakref.WeakSet[VllmEngine] = weakref.WeakSet()
+"""Engines of this process not yet closed."""
+
+
 class VllmEngine:
     """A model loaded in vLLM, answering prompts given as token ids. Implements `workers.engine.Engine`."""
 
@@ -132,6 +137,7 @@ class VllmEngine:
             model, revision=revision, tokenizer=tokenizer, cache_dir=config.cache_dir
         )
         self._llm, device = _start_llm(self._resolved, options=options, config=config, hf_overrides=overrides)
+        _OPEN.add(self)
         self._layers = _built_layers(self._llm)
         if variant is not None and variant.expect is not None:
             self._refuse_unless_built(variant, expect=variant.expect)
@@ -258,7 +264,13 @@ class VllmEngine:
         if llm is None:
             return
         self._llm = None
-        llm.llm_engine.engine_core.shutdown()
+        _OPEN.discard(self)
+        # An in-process engine core's shutdown also ends the distributed state every engine of this process
+        # shares (vLLM keeps it process-wide): with another engine still open here it would break that one,
+        # so this one's memory is left to the collector. An actor holds one engine; there, it shuts down.
+        core = llm.llm_engine.engine_core
+        if not (type(core).__name__ == "InprocClient" and len(_OPEN) > 0):
+            core.shutdown()
         del llm
         gc.collect()
 
