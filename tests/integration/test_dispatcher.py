@@ -200,6 +200,8 @@ def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
         assert rows == distinct == expected_rows(db, job)
 
 
+# SQLite here: on PostgreSQL, tests/integration/test_faults.py kills a dispatcher ten times in one job.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_dispatcher_killed_mid_job_and_restarted_finishes_it(
     database_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:
