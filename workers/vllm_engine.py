@@ -36,7 +36,7 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,29 @@ _OPEN: weakref.WeakSet[VllmEngine] = weakref.WeakSet()
 """Engines of this process not yet closed."""
 
 
+def _release_with(engine: VllmEngine, llm: Any) -> Callable[[], None]:
+    """How `engine`'s vLLM is shut down, on `close()` or when it is collected, whichever comes first.
+
+    An in-process engine core's shutdown also ends the distributed state that every engine of the process
+    shares (vLLM keeps it process-wide), and vLLM shuts a collected engine down by itself: with another
+    engine still open here that would break the other one. So for an in-process core, vLLM's own finalizer
+    is replaced by one that shuts down only when no other engine of this process is open (otherwise the
+    memory is left to the collector). An actor holds one engine, so there it always shuts down; a core in
+    its own processes (vLLM's multiprocessing) is left to vLLM.
+    """
+    client = llm.llm_engine.engine_core
+    own = getattr(client, "_finalizer", None)
+    if type(client).__name__ != "InprocClient" or not isinstance(own, weakref.finalize):
+        return weakref.finalize(engine, client.shutdown)
+    own.detach()
+    return weakref.finalize(engine, _shutdown_unless_shared, client.engine_core)
+
+
+def _shutdown_unless_shared(core: Any) -> None:
+    if not any(True for _ in _OPEN):  # iterating sees only live engines (len() may count a dying one)
+        core.shutdown()
+
+
 class VllmEngine:
     """A model loaded in vLLM, answering prompts given as token ids. Implements `workers.engine.Engine`."""
 
@@ -137,6 +160,7 @@ class VllmEngine:
             model, revision=revision, tokenizer=tokenizer, cache_dir=config.cache_dir
         )
         self._llm, device = _start_llm(self._resolved, options=options, config=config, hf_overrides=overrides)
+        self._release = _release_with(self, self._llm)
         _OPEN.add(self)
         self._layers = _built_layers(self._llm)
         if variant is not None and variant.expect is not None:
@@ -265,12 +289,7 @@ class VllmEngine:
             return
         self._llm = None
         _OPEN.discard(self)
-        # An in-process engine core's shutdown also ends the distributed state every engine of this process
-        # shares (vLLM keeps it process-wide): with another engine still open here it would break that one,
-        # so this one's memory is left to the collector. An actor holds one engine; there, it shuts down.
-        core = llm.llm_engine.engine_core
-        if not (type(core).__name__ == "InprocClient" and len(_OPEN) > 0):
-            core.shutdown()
+        self._release()
         del llm
         gc.collect()
 
