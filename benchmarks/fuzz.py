@@ -4,7 +4,7 @@ and the store (and the working folder) unchanged.
 The cases are the suite's (tests/support/fuzzcases.py: spec files and their fields, flags, job ids, database
 URLs and foreign stores, settings and `.env` files, datasets, exports, schedules, Ray addresses), drawn from
 a seed, against a SQLite store and a throwaway PostgreSQL server (loopback only). Most run in this process
-through the command's real entry point and error mapping (`posbias.service.cli.app.run`); `--subprocess`
+through the command's real entry point and error mapping (`posbias.cli.app.run`); `--subprocess`
 of them, and every case that must be a process of its own (Ray), run as the `posbias` command. It prints,
 per template and in all: cases, tracebacks, multi-line errors, hangs, wrong exit codes, internal errors and
 changed stores, then each problem found. Exit code 1 when any.

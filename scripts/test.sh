@@ -24,5 +24,5 @@ fi
 
 ruff check .
 ruff format --check .
-mypy posbias
+scripts/typecheck.sh   # mypy over the package as installed (see the script)
 python -m pytest tests --durations=40 "$@"

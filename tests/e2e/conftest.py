@@ -71,7 +71,7 @@ def posbias(store_url: str, tmp_path: Path, mmlu_dir: Path) -> Posbias:
             **env,
         }
         done = subprocess.run(
-            [sys.executable, "-m", "posbias.service.cli", *args],
+            [sys.executable, "-m", "posbias.cli", *args],
             cwd=tmp_path,
             env=environment,
             capture_output=True,

@@ -2,7 +2,7 @@
 traceback, and leaves the store and the working folder as they were.
 
 Most cases run in this process through the command's real entry point and error mapping
-(`posbias.service.cli.app.run`, what the console script calls); the ones that must be processes of their
+(`posbias.cli.app.run`, what the console script calls); the ones that must be processes of their
 own (Ray addresses) and a few others run as the `posbias` command. The cases come from
 tests/support/fuzzcases.py, which benchmarks/fuzz.py runs by the thousand. Every address is on loopback.
 """

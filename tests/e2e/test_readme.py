@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
+from posbias.cli.app import app
 from posbias.service import database
-from posbias.service.cli.app import app
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -107,7 +107,7 @@ def test_the_from_python_example_runs_as_written(tmp_path: Path, mmlu_dir: Path)
         "RAY_ADDRESS": "",
     }
     for command in (
-        [sys.executable, "-m", "posbias.service.cli", "db", "upgrade"],
+        [sys.executable, "-m", "posbias.cli", "db", "upgrade"],
         [sys.executable, str(script)],
     ):
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -207,7 +207,7 @@ def test_bad_input_is_one_line_and_changes_nothing(posbias: Posbias, store_url: 
 def test_help_explains_every_schedule_command_with_an_example() -> None:
     for command in ("add", "list", "show", "remove", "pause", "resume", "tick", "report"):
         done = subprocess.run(
-            [sys.executable, "-m", "posbias.service.cli", "schedule", command, "--help"],
+            [sys.executable, "-m", "posbias.cli", "schedule", command, "--help"],
             capture_output=True,
             text=True,
             env={"COLUMNS": "200", "PATH": ""},

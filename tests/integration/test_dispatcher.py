@@ -156,7 +156,7 @@ def worker_process(url: str, tmp_path: Path, *extra: str, **env: str) -> subproc
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "posbias.service.cli", "worker", "--ray-address", "local", "--json", *extra],
+        [sys.executable, "-m", "posbias.cli", "worker", "--ray-address", "local", "--json", *extra],
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -338,7 +338,7 @@ def worker(url: str, address: str, tmp_path: Path) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "posbias.service.cli",
+            "posbias.cli",
             "worker",
             "--until-empty",
             "--json",

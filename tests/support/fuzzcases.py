@@ -5,7 +5,7 @@ store or in the working folder.
 `generate(seed, context)` yields cases without end, drawn from templates (spec files, flags, ids, database
 URLs, settings and `.env` files, datasets, exports, schedules, Ray addresses), each case a deterministic
 function of the seed. `run_in_process` runs a case through the real entry point and error mapping
-(`posbias.service.cli.app.run`) in this process; `run_subprocess` runs it as the `posbias` command does.
+(`posbias.cli.app.run`) in this process; `run_subprocess` runs it as the `posbias` command does.
 Shared by tests/e2e/test_fuzz.py (a few hundred cases) and benchmarks/fuzz.py (thousands). Every address a
 case names is on the loopback interface.
 """
@@ -255,9 +255,9 @@ def _check_store(case: Case, context: Context) -> str:
 def run_in_process(
     case: Case, context: Context, *, folder: Path, cache_dir: Path, mmlu_dir: Path, timeout: float = 60
 ) -> Outcome:
-    """Run `case` through `posbias.service.cli.app.run` in this process (working folder `folder`), with
+    """Run `case` through `posbias.cli.app.run` in this process (working folder `folder`), with
     its environment and standard streams swapped in for the run."""
-    from posbias.service.cli import app
+    from posbias.cli import app
 
     prepare(case, folder)
     env = environment(context, case, cache_dir=cache_dir, mmlu_dir=mmlu_dir)
@@ -297,7 +297,7 @@ def run_in_process(
 def run_subprocess(
     case: Case, context: Context, *, folder: Path, cache_dir: Path, mmlu_dir: Path, timeout: float = 90
 ) -> Outcome:
-    """Run `case` as `python -m posbias.service.cli ...` in `folder`."""
+    """Run `case` as `python -m posbias.cli ...` in `folder`."""
     prepare(case, folder)
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSBIAS_")}
     env.update(environment(context, case, cache_dir=cache_dir, mmlu_dir=mmlu_dir))
@@ -314,7 +314,7 @@ def run_subprocess(
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "posbias.service.cli", *case.args],
+            [sys.executable, "-m", "posbias.cli", *case.args],
             cwd=folder,
             env=env,
             capture_output=True,

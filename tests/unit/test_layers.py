@@ -6,15 +6,18 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "posbias"
+FOLDERS = ("schemas", "service", "workers", "migrations")
 
 
 def _modules(folder: str) -> list[Path]:
-    return sorted((PACKAGE / folder).rglob("*.py"))
+    """The modules of a top-level folder (`schemas`, `service`, ...) or of `cli` (in posbias/)."""
+    return sorted((REPO / folder if folder in FOLDERS else PACKAGE / folder).rglob("*.py"))
 
 
 def _imports(path: Path) -> set[str]:
@@ -31,17 +34,27 @@ def _imports(path: Path) -> set[str]:
 
 def _offending(paths: list[Path], *, forbidden: tuple[str, ...]) -> list[str]:
     return [
-        f"{path.relative_to(PACKAGE)} imports {name}"
+        f"{path.relative_to(REPO)} imports {name}"
         for path in paths
         for name in sorted(_imports(path))
         if any(name == f or name.startswith(f + ".") for f in forbidden)
     ]
 
 
-def test_the_folders_are_the_subpackages() -> None:
-    for name in ("schemas", "service", "workers", "migrations"):
-        link = PACKAGE / name
-        assert link.is_symlink() and link.resolve() == (REPO / name).resolve(), f"posbias/{name} -> ../{name}"
+def test_the_build_maps_the_folders_onto_subpackages_without_links() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {f"posbias.{name}": name for name in FOLDERS}
+    # Every folder that is a package is listed, so the wheel holds all of it.
+    found = {"posbias"} | {
+        ".".join(("posbias", *init.parent.relative_to(REPO).parts))
+        for name in FOLDERS
+        for init in (REPO / name).rglob("__init__.py")
+    }
+    found |= {".".join(init.parent.relative_to(REPO).parts) for init in PACKAGE.rglob("__init__.py")}
+    assert set(config["packages"]) == found
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True)
+    links = [line.split("\t")[-1] for line in tracked.stdout.splitlines() if line.startswith("120000")]
+    assert links == [], f"symbolic links are tracked: {links}"
 
 
 def test_schemas_import_neither_workers_nor_service() -> None:
@@ -92,7 +105,7 @@ def _assigns_shard_status(tree: ast.AST) -> list[int]:
 def test_only_the_queue_assigns_a_shard_status() -> None:
     every = [*PACKAGE.glob("*.py"), *(p for f in ("schemas", "service", "workers") for p in _modules(f))]
     found = {
-        str(path.relative_to(PACKAGE)): lines
+        str(path.relative_to(REPO)): lines
         for path in every
         if (lines := _assigns_shard_status(ast.parse(path.read_text())))
     }
@@ -136,7 +149,7 @@ def test_the_built_wheel_holds_one_import_package(tmp_path: Path) -> None:
     for module in ("posbias/api.py", "posbias/service/queue.py", "posbias/migrations/alembic.ini"):
         assert module in names, f"{module} is missing from the wheel"
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "posbias = posbias.service.cli.app:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "posbias = posbias.cli.app:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_editable_install_exposes_only_posbias(tmp_path: Path) -> None:

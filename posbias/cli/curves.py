@@ -11,9 +11,7 @@ import typer
 from rich.table import Table
 
 import posbias.api as api
-from posbias.schemas import BASELINE, Comparison, Curve, CurveAxis, CurveQuery
-from posbias.schemas.job import MAX_BATCH_SIZE
-from posbias.service.cli.common import (
+from posbias.cli.common import (
     ID_MAX,
     BadUsage,
     BatchSizeOpt,
@@ -25,6 +23,8 @@ from posbias.service.cli.common import (
     print_json,
     settings_of,
 )
+from posbias.schemas import BASELINE, Comparison, Curve, CurveAxis, CurveQuery
+from posbias.schemas.job import MAX_BATCH_SIZE
 
 RevisionOpt = Annotated[str | None, typer.Option(help="Model revision on the hub.")]
 

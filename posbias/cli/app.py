@@ -19,10 +19,10 @@ from typing import Annotated, NoReturn
 import typer
 from typer.exceptions import TyperException
 
+from posbias.cli import curves, db, explain, export, jobs, models, schedule, submit, worker
+from posbias.cli.common import BadUsage, err, out
 from posbias.schemas import PosbiasError, RotationCostWarning, one_line
 from posbias.service import database
-from posbias.service.cli import curves, db, explain, export, jobs, models, schedule, submit, worker
-from posbias.service.cli.common import BadUsage, err, out
 from posbias.service.settings import load_settings
 
 INTERNAL = "internal error"

@@ -8,8 +8,8 @@ import typer
 from rich.table import Table
 
 import posbias.api as api
+from posbias.cli.common import ID_MAX, JobArg, JsonOpt, describe_variant, out, print_json, settings_of
 from posbias.schemas import BASELINE, JobRecord
-from posbias.service.cli.common import ID_MAX, JobArg, JsonOpt, describe_variant, out, print_json, settings_of
 
 
 def register(app: typer.Typer) -> None:

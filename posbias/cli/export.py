@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 import posbias.api as api
+from posbias.cli.common import BadUsage, JobArg, out, settings_of
 from posbias.schemas import PosbiasError
-from posbias.service.cli.common import BadUsage, JobArg, out, settings_of
 from posbias.service.export import OutputExists, export_format
 
 

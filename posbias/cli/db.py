@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
+from posbias.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
 from posbias.schemas import PosbiasError, one_line
 from posbias.service import database
-from posbias.service.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
 
 app = typer.Typer(help="Create, upgrade or inspect the store's schema.", no_args_is_help=True)
 

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 import posbias.api as api
-from posbias.service.cli.common import JsonOpt, out, print_json, settings_of, text
+from posbias.cli.common import JsonOpt, out, print_json, settings_of, text
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,16 @@ from rich.progress import (
 from rich.table import Table
 
 import posbias.api as api
+from posbias.cli.common import (
+    BadUsage,
+    JsonOpt,
+    describe_variant,
+    err,
+    out,
+    print_json,
+    settings_of,
+)
+from posbias.cli.curves import print_curve
 from posbias.schemas import (
     AnswerMode,
     AnswerOrder,
@@ -40,16 +50,6 @@ from posbias.schemas import (
     Submitted,
 )
 from posbias.schemas.variant import merge_overrides
-from posbias.service.cli.common import (
-    BadUsage,
-    JsonOpt,
-    describe_variant,
-    err,
-    out,
-    print_json,
-    settings_of,
-)
-from posbias.service.cli.curves import print_curve
 from posbias.service.datasets import looks_local
 from posbias.workers.variants import unverified_keys
 

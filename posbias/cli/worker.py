@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 import posbias.api as api
+from posbias.cli.common import JsonOpt, err, out, print_json, settings_of
 from posbias.service import database
-from posbias.service.cli.common import JsonOpt, err, out, print_json, settings_of
 from posbias.service.database import describe, normalise_url
 
 

@@ -1,6 +1,6 @@
 """`posbias schedule ...`: regression runs for new checkpoints (see `service/scheduler.py`).
 
-A typer sub-app mounted by `service/cli/app.py`. It reads the same `Settings` (the parent's context object)
+A typer sub-app mounted by `posbias/cli/app.py`. It reads the same `Settings` (the parent's context object)
 and leaves errors to `app.main`: `PosbiasError` is one line and exit 1, a usage error exit 2.
 """
 
@@ -12,12 +12,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from posbias.cli.common import JsonOpt, err, open_store, out, print_json
 from posbias.schemas import Interval, PosbiasError
 from posbias.schemas.job import MAX_BATCH_SIZE
 from posbias.schemas.schedule import HubRevisions, PositionDrop, RegressionRule
 from posbias.service import schedule_report, scheduler, schedules
 from posbias.service.checkpoints import FolderSource, HubSource, Source
-from posbias.service.cli.common import JsonOpt, err, open_store, out, print_json
 
 app = typer.Typer(
     help="Regression runs: evaluate each new checkpoint of a model and judge it against a baseline.",

@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 
 import posbias.api as api
+from posbias.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
 from posbias.schemas import BASELINE
 from posbias.schemas.explanation import Explanation
-from posbias.service.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
 
 
 def register(app: typer.Typer) -> None:

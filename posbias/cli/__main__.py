@@ -1,0 +1,5 @@
+"""`python -m posbias.cli`: the `posbias` command."""
+
+from posbias.cli.app import main
+
+main()
