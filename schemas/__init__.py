@@ -1,6 +1,7 @@
 """posbias.schemas: the pydantic records every part of posbias shares. No I/O happens here."""
 
 from posbias.schemas.curve import Comparison, Curve, CurveAxis, CurvePoint, CurveQuery, DiffPoint, Interval
+from posbias.schemas.dataset import DatasetSpec
 from posbias.schemas.endpoint import (
     Constraint,
     EndpointApi,
@@ -9,24 +10,11 @@ from posbias.schemas.endpoint import (
     ServedMode,
     TokenSource,
 )
+from posbias.schemas.engine import EngineName, EngineOptions
 from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, RetryableError, one_line
-from posbias.schemas.job import (
-    AnswerMode,
-    AnswerOrder,
-    ChatTemplateUse,
-    DatasetSpec,
-    Design,
-    EngineName,
-    EngineOptions,
-    FakeAxis,
-    FakeSpec,
-    FillerPlace,
-    FillerSpec,
-    JobSpec,
-    PromptTemplate,
-    RotationCostWarning,
-    SamplingSpec,
-)
+from posbias.schemas.fake import FakeAxis, FakeSpec
+from posbias.schemas.filler import FillerPlace, FillerSpec
+from posbias.schemas.job import JobSpec, RotationCostWarning
 from posbias.schemas.jobs import (
     FINISHED_JOB_STATUSES,
     BatchSizeEstimate,
@@ -44,7 +32,10 @@ from posbias.schemas.jobs import (
     Submitted,
     VariantRun,
 )
+from posbias.schemas.modes import AnswerMode, AnswerOrder, ChatTemplateUse, Design
+from posbias.schemas.prompt import PromptTemplate
 from posbias.schemas.record import Record
+from posbias.schemas.sampling import SamplingSpec
 from posbias.schemas.variant import (
     BASELINE,
     Intervention,

@@ -1,6 +1,6 @@
 """Served models: what an OpenAI-compatible endpoint can do, and how a job uses it.
 
-`EndpointCapabilities` is what the probe (`workers/openai_engine.py`) found when a job was submitted; the
+`EndpointCapabilities` is what the probe (`workers/endpoint_probe.py`) found when a job was submitted; the
 `ServedMode` is what the job does with it (which API, which constraint, where token offsets come from). Both
 are stored with the job (`EndpointReport`, the `jobs.endpoint` column), so a result can be traced to exactly
 what the endpoint offered. Nothing here holds or names an API key's value.

@@ -11,16 +11,13 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
-from posbias.schemas.job import (
-    AnswerMode,
-    ChatTemplateUse,
-    EngineOptions,
-    FakeSpec,
-    FillerSpec,
-    PromptTemplate,
-    SamplingSpec,
-)
+from posbias.schemas.engine import EngineOptions
+from posbias.schemas.fake import FakeSpec
+from posbias.schemas.filler import FillerSpec
+from posbias.schemas.modes import AnswerMode, ChatTemplateUse
+from posbias.schemas.prompt import PromptTemplate
 from posbias.schemas.record import Record
+from posbias.schemas.sampling import SamplingSpec
 from posbias.schemas.variant import BASELINE, LayerConfig, Variant
 
 

@@ -1,0 +1,94 @@
+"""The limits every job spec is held to, and the two checks that apply them to a spec's raw data.
+
+Numbers and texts are bounded by what both stores can hold, so a spec that SQLite would take never fails on
+PostgreSQL; a spec's size and nesting are bounded so a mistaken or hostile file is refused, not expanded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict
+
+from posbias.schemas.record import Record
+
+MAX_BATCH_SIZE = 200
+"""Questions in one prompt at most."""
+
+# What both stores can hold: PostgreSQL's INTEGER columns are 32 bits (priority, counts), ids and JSON
+# numbers 64; a spec that SQLite would take must not fail on PostgreSQL.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_TEXT = 100_000
+"""Characters in any one text of a spec at most (a prompt template is the longest, a few hundred)."""
+MAX_SPEC_BYTES = 1 << 20
+"""Size of a spec file at most: a spec is a few hundred bytes; a larger file is a mistake."""
+MAX_SPEC_DEPTH = 16
+"""Nesting of a spec's mappings and lists at most (a spec nests three deep)."""
+MAX_SPEC_VALUES = 100_000
+"""Values in a spec at most, counting each use of a YAML alias (so an alias bomb is refused, not expanded)."""
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic's lax mode reads `true` as 1; in a spec that is always a mistake (`batch_sizes: true`).
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, not true/false")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+"""An integer that is not a boolean."""
+FINITE = ConfigDict(allow_inf_nan=False)
+"""Numbers in a spec are finite: `inf` or `nan` is refused where it is given, not met by the engine."""
+
+
+def check_shape(data: Any) -> str | None:
+    """Why `data` (parsed YAML or JSON) is too deep or too large to be a spec; None when it is not."""
+    budget = MAX_SPEC_VALUES
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return f"more than {MAX_SPEC_VALUES:,} values (a YAML alias counts each time it is used)"
+        if isinstance(value, dict | list | tuple):
+            if depth >= MAX_SPEC_DEPTH:
+                return f"nests more than {MAX_SPEC_DEPTH} levels deep"
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                stack.append((key, depth + 1))
+                stack.append((item, depth + 1))
+    return None
+
+
+def _texts(value: Any, where: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    """Every text in `value` (keys too) with where it sits (`dataset.name`)."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, where)]
+    seen = 0
+    while stack and seen <= MAX_SPEC_VALUES:
+        item, at = stack.pop()
+        seen += 1
+        if isinstance(item, str):
+            yield ".".join(at), item
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                name = str(key)[:40]
+                if isinstance(key, str):
+                    yield ".".join((*at, name)), key
+                stack.append((inner, (*at, name)))
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, (*at, str(number))) for number, inner in enumerate(item))
+        elif isinstance(item, Record):
+            stack.append((item.model_dump(), at))
+
+
+def check_texts(data: Any) -> None:
+    """Refuse any text in `data` (keys too, wherever it sits) that a store cannot hold: PostgreSQL refuses NUL
+    in text and JSON, and SQLite would keep it, so a spec SQLite takes would fail on PostgreSQL. Raises
+    `ValueError` naming where the text sits."""
+    for where, text in _texts(data, ()):
+        if "\x00" in text:
+            raise ValueError(f"{where or 'spec'}: text holds a NUL character (\\x00); remove it")
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"{where or 'spec'}: text longer than {MAX_TEXT:,} characters")

@@ -1,0 +1,134 @@
+"""The fake engine's behaviour: a model whose accuracy by position (or answer slot, or token distance) is
+known, for tests and for checking the estimators against a truth."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from posbias.schemas.bounds import FINITE
+from posbias.schemas.record import Record
+
+
+class FakeAxis(StrEnum):
+    """What the fake engine's accuracy is a function of."""
+
+    position = "position"
+    answer_slot = "answer-slot"
+    token_distance = "token-distance"
+
+
+class FakeSpec(Record):
+    """The fake engine's behaviour: a model whose accuracy by position is known, with the dependence
+    between answers a real model shows.
+
+    The accuracy at each position follows `curve` (or the line from `first` to `last`), and that is the true
+    marginal accuracy there whatever the effects below. Answers are correlated as a model's are: every
+    answer is correct when a latent score falls below the position's threshold, and the score is a sum of a
+    part shared by every answer to the same question (`question_effect`: some questions are hard), a part
+    shared by the answers of one prompt (`prompt_effect`: some prompts go badly; prompts showing the same
+    questions, such as the rotations of one set, share it) and noise of the fake's own (`seed`). The
+    question and prompt parts depend only on the content, so two fakes with different seeds answer the same
+    trials with correlated answers, as two checkpoints of one model do.
+    """
+
+    model_config = FINITE
+
+    first: float = Field(0.25, ge=0.0, le=1.0, description="Probability of a correct answer at position 1.")
+    last: float = Field(0.55, ge=0.0, le=1.0, description="Probability of a correct answer at position N.")
+    curve: tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...] | None = Field(
+        None,
+        min_length=2,
+        description="Accuracy at evenly spaced points from the first position to the last, interpolated "
+        "linearly (e.g. [0.6, 0.3, 0.6] is a U); replaces `first` and `last` when given.",
+    )
+    depends_on: FakeAxis = Field(
+        FakeAxis.position,
+        description="What the accuracy is a function of: the question's `position`, its `answer-slot` (the "
+        "line it is answered on; `first` is slot 1), or its `token-distance` to its answer (`first` at "
+        "distance 0 or inside `window`, `last` at `distance_span` or beyond `window`).",
+    )
+    window: int | None = Field(
+        None,
+        ge=1,
+        description="A sliding window in tokens, reported as a real model's is (layers 0 and 2 of 4 slide); "
+        "with depends_on token-distance the accuracy steps there, from `first` inside to `last` beyond.",
+    )
+    distance_span: int = Field(
+        4096,
+        ge=1,
+        description="With depends_on token-distance and no window: the distance (tokens) over which the "
+        "curve runs from its first point to its last (constant beyond).",
+    )
+    question_effect: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Share of the latent variance shared by answers to one question."
+    )
+    prompt_effect: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Share of the latent variance shared by the answers of one prompt."
+    )
+    seed: int | None = Field(
+        None, description="Seed of the fake's own noise; the job's seed when not set (see the class)."
+    )
+    malformed: float = Field(0.0, ge=0.0, le=1.0, description="Rate of unparseable answer lines.")
+    delay_s: float = Field(0.0, ge=0.0, le=60.0, description="Seconds the fake engine sleeps per prompt.")
+    as_gpu: bool = Field(
+        False,
+        description="Reserve for the fake's actor what a vLLM engine on GPUs reserves "
+        "(`engine.tensor_parallel_size` GPUs on one node), for placement and autoscaling tests on simulated "
+        "GPU nodes; the fake itself uses none.",
+    )
+    events_file: str | None = Field(
+        None,
+        description="A file the fake engine appends `load` and `close` lines to (with its process id), so a "
+        "test can see that an engine was closed before its actor ended.",
+    )
+
+    @model_validator(mode="after")
+    def _effects_leave_noise(self) -> Self:
+        if self.question_effect + self.prompt_effect >= 1.0:
+            raise ValueError("question_effect + prompt_effect must be below 1 (the rest is the fake's noise)")
+        return self
+
+    def accuracy(self, position: int, batch_size: int) -> float:
+        """True probability of a correct answer at 1-based `position` in a prompt of `batch_size` (for a
+        fake that depends on position; `accuracy_of` for any)."""
+        where = 0.0 if batch_size <= 1 else (position - 1) / (batch_size - 1)
+        points = self.curve if self.curve is not None else (self.first, self.last)
+        if batch_size <= 1:
+            return points[0]
+        return float(np.interp(where, np.linspace(0.0, 1.0, len(points)), points))
+
+    def accuracy_of(
+        self,
+        *,
+        position: Any,
+        batch_size: int,
+        slot: Any = None,
+        answers: int | None = None,
+        distance: Any = None,
+    ) -> Any:
+        """True probability of a correct answer, by `depends_on`: at `position` of `batch_size`, at answer
+        `slot` of `answers` lines, or at token `distance`. Takes numbers or numpy arrays alike."""
+        points = np.asarray(self.curve if self.curve is not None else (self.first, self.last))
+        if self.depends_on is FakeAxis.position:
+            along, count = position, batch_size
+        elif self.depends_on is FakeAxis.answer_slot:
+            if slot is None or answers is None:
+                raise ValueError("a fake that depends on the answer slot needs each answer's slot")
+            along, count = slot, answers
+        else:
+            if distance is None:
+                raise ValueError("a fake that depends on token distance needs each answer's distance")
+            d = np.asarray(distance, dtype=np.float64)
+            if self.window is not None:
+                found = np.where(d < self.window, points[0], points[-1])
+            else:
+                found = np.interp(d / self.distance_span, np.linspace(0.0, 1.0, len(points)), points)
+            return float(found) if found.ndim == 0 else found
+        x = np.asarray(along, dtype=np.float64)
+        where = np.zeros_like(x) if count <= 1 else (x - 1) / (count - 1)
+        found = np.interp(where, np.linspace(0.0, 1.0, len(points)), points)
+        return float(found) if found.ndim == 0 else found

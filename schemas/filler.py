@@ -1,0 +1,92 @@
+"""Filler: neutral text of controlled token lengths that moves questions away from their answers."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from posbias.schemas.record import Record
+
+MAX_FILLER_TOKENS = 1_000_000
+"""Filler tokens in one prompt at most."""
+MAX_FILLER_FILE_BYTES = 4_000_000
+"""Size of a filler `source` file at most."""
+BUILTIN_FILLER = "builtin"
+"""The `source` that names posbias's own neutral text."""
+
+
+class FillerPlace(StrEnum):
+    """Where filler goes in a prompt."""
+
+    before = "before"
+    """Between the instructions and the first question: every question moves away from the prompt's start,
+    none from its answer."""
+    after = "after"
+    """After question k (`FillerSpec.position`): questions 1..k move away from their answers, their
+    positions unchanged."""
+    end = "end"
+    """Between the last question and the answer request: every question moves away from its answer."""
+
+
+class FillerSpec(Record):
+    """Neutral text of a controlled length, in the model's own tokens, placed in every prompt to move
+    questions away from their answers (or from the prompt's start) without changing their positions."""
+
+    tokens: tuple[Annotated[int, Field(ge=0, le=MAX_FILLER_TOKENS)], ...] = Field(
+        min_length=1,
+        description="Filler lengths in the model's tokens; several sweep length x position: every sampled "
+        "set is shown at each length (0 is the control without filler).",
+    )
+    where: FillerPlace = Field(
+        FillerPlace.end,
+        description="`before` the questions, `after` question `position`, or at the `end`, between the "
+        "questions and the answer request. Filler never splits a question.",
+    )
+    position: int | None = Field(
+        None, ge=1, description="With `where: after`: the question the filler follows (k; below every N)."
+    )
+    source: str = Field(
+        BUILTIN_FILLER,
+        description="`builtin` (plain, repetitive, content-free sentences written for posbias) or a UTF-8 "
+        "text file, read at submit and stored with the job (`text`). Each prompt's filler starts at a "
+        "sentence drawn from the job's seed, the same at every length of one sampled set.",
+    )
+    text: str | None = Field(
+        None,
+        description="The text of `source` when it is a file, as read at submit; leave it unset (posbias "
+        "fills it in).",
+    )
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: Any) -> Any:
+        if isinstance(value, int):
+            return (value,)
+        if isinstance(value, str):
+            try:
+                return tuple(int(part) for part in value.split(",") if part.strip())
+            except ValueError:
+                raise ValueError(
+                    f"filler tokens must be comma-separated integers, e.g. 0,1000,4000 (got {value!r})"
+                ) from None
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _distinct_tokens(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _position_with_after(self) -> Self:
+        if self.where is FillerPlace.after and self.position is None:
+            raise ValueError("filler where `after` needs the question it follows: set filler.position (k)")
+        if self.where is not FillerPlace.after and self.position is not None:
+            raise ValueError("filler.position is only for `where: after`")
+        return self
+
+    @property
+    def builtin(self) -> bool:
+        """True for the built-in neutral text."""
+        return self.source == BUILTIN_FILLER
