@@ -39,7 +39,7 @@ class ShardActor:
 
     def load(self) -> LoadReport:
         """Load the model (once); returns its metadata and how long loading took."""
-        from posbias.workers.engine import load_engine
+        from posbias.workers.loader import load_engine
 
         started = time.perf_counter()
         if self._engine is None:

@@ -1,4 +1,4 @@
-"""Talking to an OpenAI-compatible endpoint: one async HTTP client with its limits, retries and request cache.
+"""Talking to an OpenAI-compatible endpoint: one async HTTP client with its limits and retries.
 
 `EndpointSession` holds an `httpx.AsyncClient` on an event loop of its own, so the synchronous engine
 interface (`workers/engine.py`) can run many requests at once: `session.run(coroutine)`. Every request goes
@@ -9,28 +9,27 @@ through `request()`, which
   bodies, with exponential backoff and jitter, never sooner than a `Retry-After` the server sent;
 - fails at once on any other 4xx, with the server's message on one line.
 
-The API key lives only in the client's headers (httpx shows them as `[secure]`); every message built from a
-server's answer is scrubbed of it before it leaves this module.
+`open_session` builds one from a job's engine options. The API key is the one value a worker reads from its
+own environment (`api_key`; `api_key_env`, e.g. a Kubernetes Secret in the worker pods): it is never part of a
+spec, a Ray argument, a stored row or a message. It lives only in the client's headers (httpx shows them as
+`[secure]`); every message built from a server's answer is scrubbed of it before it leaves this module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import hashlib
-import json
 import os
 import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
-from posbias.schemas import PosbiasError
+from posbias.schemas import EngineOptions, PosbiasError
 
 T = TypeVar("T")
 
@@ -251,42 +250,34 @@ def _server_message(response: httpx.Response) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
-class RequestCache:
-    """Answers already paid for, one JSON file per request under `folder`, keyed by a digest of the endpoint,
-    the model, the request body (prompt and sampling) and a salt. Safe for several workers on one machine:
-    files are written whole (a temporary file, then a rename)."""
+def api_key(name: str | None) -> str | None:
+    """The API key from this process's environment variable `name` (None: no key is sent).
 
-    def __init__(self, folder: Path) -> None:
-        self._folder = folder
-
-    @staticmethod
-    def key(*, endpoint: str, path: str, body: Mapping[str, Any], salt: str | None) -> str:
-        """The digest that names a request's answer."""
-        canonical = json.dumps(
-            {"endpoint": endpoint, "path": path, "body": body, "salt": salt},
-            sort_keys=True,
-            separators=(",", ":"),
+    Raises `PosbiasError` naming the variable (never its value) when it is not set."""
+    if name is None:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        raise PosbiasError(
+            f"engine.api_key_env names {name}, which is not set here; export it (on the workers too: in "
+            "deploy/, a Kubernetes Secret)"
         )
-        return hashlib.sha256(canonical.encode()).hexdigest()
+    return value
 
-    def _path(self, key: str) -> Path:
-        return self._folder / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The stored entry (a mapping, as it was put), or None."""
-        try:
-            entry = json.loads(self._path(key).read_text())
-        except (OSError, ValueError):
-            return None
-        return entry if isinstance(entry, dict) else None
+def limits_of(options: EngineOptions) -> Limits:
+    """The request limits a job's engine options ask for, with their defaults."""
+    return Limits(
+        concurrency=options.max_concurrency or DEFAULT_CONCURRENCY,
+        requests_per_minute=options.requests_per_minute,
+        tokens_per_minute=options.tokens_per_minute,
+        timeout_s=options.timeout_s or DEFAULT_TIMEOUT_S,
+        max_retries=DEFAULT_RETRIES if options.max_retries is None else options.max_retries,
+    )
 
-    def put(self, key: str, answer: dict[str, Any]) -> None:
-        """Store an entry (best effort: a full disk costs a second payment later, not this result)."""
-        path = self._path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            scratch.write_text(json.dumps(answer))
-            os.replace(scratch, path)
-        except OSError:
-            pass
+
+def open_session(options: EngineOptions, *, key: str | None) -> EndpointSession:
+    """A session to the endpoint `options` name."""
+    if options.base_url is None:
+        raise PosbiasError("engine openai needs base_url, e.g. http://127.0.0.1:8000/v1")
+    return EndpointSession(options.base_url, api_key=key, limits=limits_of(options))

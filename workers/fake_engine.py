@@ -25,7 +25,7 @@ import numpy.typing as npt
 from scipy.special import ndtri
 
 from posbias.schemas import EngineInfo, FakeSpec, ModelInfo
-from posbias.workers.engine import Encoding, Generation, GenerationRequest
+from posbias.workers.engine import Encoding, EngineBase, Generation, GenerationRequest
 
 SPECIAL_TOKENS = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<start_of_turn>": 3, "<end_of_turn>": 4}
 CHAT_TEMPLATE = "<bos><start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n"
@@ -88,7 +88,7 @@ class FakeTokenizer:
         return FIRST_WORD_ID + zlib.crc32(piece.encode()) % VOCAB_SIZE
 
 
-class FakeEngine:
+class FakeEngine(EngineBase[FakeTokenizer]):
     """An engine that answers from the gold key with a configured accuracy curve.
 
     Deterministic like greedy decoding: a request's randomness comes from the engine seed and a digest of its
@@ -107,6 +107,8 @@ class FakeEngine:
     shares. The written option is always the most probable (as under greedy decoding), and the mean
     probability of the gold option equals the configured accuracy of the answer. Every other output
     token has log-probability 0.
+
+    It states itself as engine `fake` at posbias's version, with no dtype or device.
     """
 
     def __init__(
@@ -123,40 +125,12 @@ class FakeEngine:
         self._model = model
         self._max_model_len = max_model_len
         self._tokenizer = tokenizer or FakeTokenizer()
+        self._info = EngineInfo(name="fake", version=_posbias_version(), dtype="none", device="none")
+        self._model_info = _model_info(spec, model=model, max_model_len=max_model_len)
         self.calls = 0
         """Number of `generate` calls, so tests can check that a shard is one engine call."""
         self.closed = False
         self._event("load")
-
-    @property
-    def info(self) -> EngineInfo:
-        """Name `fake`, posbias's version, no dtype or device."""
-        return EngineInfo(name="fake", version=_posbias_version(), dtype="none", device="none")
-
-    @property
-    def model_info(self) -> ModelInfo:
-        """The name and the context length; with `spec.window`, a 4-layer model whose layers 0 and 2 slide
-        over that window (the shape of Gemma 2), so results are window-aware as a real model's are."""
-        if self._spec.window is None:
-            return ModelInfo(name=self._model, context_length=self._max_model_len)
-        return ModelInfo(
-            name=self._model,
-            architecture="FakeSlidingWindow",
-            num_layers=FAKE_LAYERS,
-            sliding_window=self._spec.window,
-            sliding_window_layers=FAKE_SLIDING_LAYERS,
-            context_length=self._max_model_len,
-        )
-
-    @property
-    def tokenizer(self) -> FakeTokenizer:
-        """The `FakeTokenizer` the prompts are rendered with."""
-        return self._tokenizer
-
-    @property
-    def max_model_len(self) -> int:
-        """Longest prompt plus output accepted."""
-        return self._max_model_len
 
     def generate(
         self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float, seed: int | None
@@ -270,6 +244,21 @@ class FakeEngine:
         return Generation(
             text=text, token_ids=list(encoding.ids), token_offsets=offsets, top_logprobs=logprobs
         )
+
+
+def _model_info(spec: FakeSpec, *, model: str, max_model_len: int) -> ModelInfo:
+    """The name and the context length; with `spec.window`, a 4-layer model whose layers 0 and 2 slide over
+    that window (the shape of Gemma 2), so results are window-aware as a real model's are."""
+    if spec.window is None:
+        return ModelInfo(name=model, context_length=max_model_len)
+    return ModelInfo(
+        name=model,
+        architecture="FakeSlidingWindow",
+        num_layers=FAKE_LAYERS,
+        sliding_window=spec.window,
+        sliding_window_layers=FAKE_SLIDING_LAYERS,
+        context_length=max_model_len,
+    )
 
 
 def latent_correct(

@@ -22,6 +22,7 @@ import numpy as np
 
 from posbias.schemas import FillerSpec, PosbiasError, Trial
 from posbias.workers.engine import Tokenizer
+from posbias.workers.tokenizer import CHARS_PER_TOKEN
 
 BUILTIN_TEXT = (
     "The day is calm. The road goes on and on. The hours pass one by one. The wind is soft and the air is "
@@ -36,8 +37,6 @@ BUILTIN_TEXT = (
     "Clouds drift from one side of the sky to the other. It is an ordinary day, much like the one before."
 )
 """The built-in filler: about 260 words in 27 sentences, repeated as often as a length needs."""
-CHARS_PER_TOKEN = 4
-"""Without the model's tokenizer (estimates at submit): characters per token of English text."""
 _FILLER_STREAM = 7
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _CACHE_SIZE = 4096

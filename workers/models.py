@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from posbias.schemas import ModelInfo, PosbiasError, one_line
+from posbias.workers.tokenizer import HfTokenizer
 
 DEMO_MODEL = "demo"
 """The model name that stands for the demo model on whatever machine runs it."""
@@ -147,13 +148,11 @@ def resolve_model(
     )
 
 
-def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str | Path) -> Any | None:
+def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str | Path) -> HfTokenizer | None:
     """The model's tokenizer (as the `Tokenizer` interface) when it is on this machine without a download:
     a local folder, a GGUF file (converted, or read from the file), or `demo`; None for a hub model that is
     not cached here. Used to count prompt tokens exactly in a dry run."""
     from transformers import AutoTokenizer
-
-    from posbias.workers.vllm_engine import HfTokenizer
 
     source = check_model_source(model)
     if tokenizer is not None and Path(tokenizer).expanduser().is_dir():

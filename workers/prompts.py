@@ -34,9 +34,11 @@ from posbias.schemas import (
     ChatTemplateUse,
     FillerPlace,
     FillerSpec,
+    JobSpec,
     PosbiasError,
     PromptTemplate,
     Question,
+    ShardSpec,
     Trial,
 )
 from posbias.workers.engine import Tokenizer
@@ -256,6 +258,27 @@ def render(
         asked=asked,
         filler_chars=None if filler_span is None else (filler_span[0] + shift, filler_span[1] + shift),
         filler_tokens=filler_tokens,
+    )
+
+
+def render_trial(
+    trial: Trial,
+    *,
+    spec: JobSpec | ShardSpec,
+    questions: Mapping[str, Question],
+    tokenizer: Tokenizer | None,
+    chat_template: ChatTemplateUse | None = None,
+) -> RenderedPrompt:
+    """`render` with the prompt settings of a job's or a shard's `spec`: its template, its use of the chat
+    template (unless `chat_template` says otherwise), its filler and its seed."""
+    return render(
+        trial,
+        questions=questions,
+        template=spec.prompt,
+        chat_template=spec.chat_template if chat_template is None else chat_template,
+        tokenizer=tokenizer,
+        filler=spec.filler,
+        seed=spec.seed,
     )
 
 

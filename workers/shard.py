@@ -22,7 +22,7 @@ from posbias.schemas import (
 )
 from posbias.workers.engine import Engine, Generation, GenerationRequest, TokenBudget
 from posbias.workers.parsing import ParsedAnswer, parse_answers
-from posbias.workers.prompts import RenderedPrompt, answer_regex, option_labels, render
+from posbias.workers.prompts import RenderedPrompt, answer_regex, option_labels, render_trial
 
 
 def run_shard(shard: ShardSpec, *, engine: Engine) -> ShardResult:
@@ -88,15 +88,7 @@ def _prepare(shard: ShardSpec, *, engine: Engine) -> _Prepared:
     # Random, unseeded sampling: two trials' answers must never come from one cache entry of an endpoint.
     random_draws = shard.sampling.temperature > 0 and shard.sampling.seed is None
     for trial in shard.trials:
-        rendered = render(
-            trial,
-            questions=shard.questions,
-            template=shard.prompt,
-            chat_template=shard.chat_template,
-            tokenizer=engine.tokenizer,
-            filler=shard.filler,
-            seed=shard.seed,
-        )
+        rendered = render_trial(trial, spec=shard, questions=shard.questions, tokenizer=engine.tokenizer)
         prompt_tokens = len(rendered.token_ids or ())
         max_tokens = shard.sampling.max_tokens_for(len(rendered.asked), answer_mode=shard.answer_mode)
         if prompt_tokens + max_tokens > engine.max_model_len:

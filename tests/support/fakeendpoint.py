@@ -89,8 +89,8 @@ class FakeEndpoint:
 
 
 def estimated_tokens(prompt: str) -> int:
-    """posbias's estimate of a prompt's tokens without a tokenizer (`workers.openai_engine`)."""
-    from posbias.workers.openai_engine import estimated_prompt_tokens
+    """posbias's estimate of a prompt's tokens without a tokenizer (`workers.tokenizer`)."""
+    from posbias.workers.tokenizer import estimated_prompt_tokens
 
     return estimated_prompt_tokens(prompt)
 

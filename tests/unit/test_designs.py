@@ -27,11 +27,17 @@ from posbias.schemas import (
 )
 from posbias.service import planner, submission
 from posbias.workers.engine import GenerationRequest
+from posbias.workers.fake_engine import FakeEngine, FakeTokenizer
 from posbias.workers.filler import BUILTIN_TEXT, filler_text
 from posbias.workers.parsing import parse_answers
-from posbias.workers.prompts import answer_regex, option_labels, render, sheet_answer_tokens
+from posbias.workers.prompts import (
+    RenderedPrompt,
+    answer_regex,
+    option_labels,
+    render_trial,
+    sheet_answer_tokens,
+)
 from posbias.workers.shard import run_shard, window_view
-from posbias.workers.testing import FakeEngine, FakeTokenizer
 
 TEMPLATE = PromptTemplate()
 HEAD = TEMPLATE.instructions.replace("{options}", "1, 2, 3, or 4")
@@ -49,15 +55,11 @@ def _spec(**fields: object) -> JobSpec:
     return JobSpec.model_validate(values)
 
 
-def _render(spec: JobSpec, trial: Trial, pool: QuestionPool, *, tokenizer: FakeTokenizer | None = None):  # type: ignore[no-untyped-def]
-    return render(
-        trial,
-        questions=pool.by_id(),
-        template=spec.prompt,
-        chat_template=ChatTemplateUse.off,
-        tokenizer=tokenizer,
-        filler=spec.filler,
-        seed=spec.seed,
+def _render(
+    spec: JobSpec, trial: Trial, pool: QuestionPool, *, tokenizer: FakeTokenizer | None = None
+) -> RenderedPrompt:
+    return render_trial(
+        trial, spec=spec, questions=pool.by_id(), tokenizer=tokenizer, chat_template=ChatTemplateUse.off
     )
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from posbias.schemas import FakeSpec, ParseStatus
 from posbias.workers.engine import Engine, GenerationRequest, Tokenizer
+from posbias.workers.fake_engine import CHAT_TEMPLATE, FakeEngine, FakeTokenizer
 from posbias.workers.parsing import parse_answers
 from posbias.workers.prompts import answer_regex, option_labels
-from posbias.workers.testing import CHAT_TEMPLATE, FakeEngine, FakeTokenizer
 
 
 def _request(

@@ -20,15 +20,11 @@ from posbias.schemas import (
     QuestionPool,
 )
 from posbias.service import costs, planner
-from posbias.workers.endpoint import _backoff, _retry_after, scrub
-from posbias.workers.openai_engine import (
-    align_token_strs,
-    answer_schema,
-    choose_mode,
-    generation_from,
-    sheet_from_json,
-)
+from posbias.workers.endpoint_answer import answer_schema, generation_from, sheet_from_json
+from posbias.workers.endpoint_session import _backoff, _retry_after, scrub
 from posbias.workers.parsing import parse_answers
+from posbias.workers.served_mode import choose_mode
+from posbias.workers.tokenizer import align_token_strs
 
 
 def served(**engine: Any) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from posbias.schemas import (
 )
 from posbias.service.datasets import question_id
 from posbias.service.planner import plan
-from posbias.workers.prompts import answer_regex, option_labels, options_phrase, render
-from posbias.workers.testing import CHAT_TEMPLATE, FakeTokenizer
+from posbias.workers.fake_engine import CHAT_TEMPLATE, FakeTokenizer
+from posbias.workers.prompts import answer_regex, option_labels, options_phrase, render, render_trial
 
 HEADER = (
     "Read the following multiple choice questions and answer them one by one. Your answer for each question "
@@ -227,6 +227,39 @@ def test_braces_in_question_text_are_not_placeholders() -> None:
         in prompt.text
     )
     assert "(1 or 2)>" in prompt.text
+
+
+def test_render_trial_takes_the_specs_prompt_settings(mmlu_pool: QuestionPool) -> None:
+    spec = JobSpec.model_validate(
+        {
+            "model": "m",
+            "batch_sizes": [4],
+            "iterations": 2,
+            "seed": 7,
+            "chat_template": "off",
+            "filler": {"tokens": [30]},
+            "prompt": {"answer_intro": "Answers:"},
+        }
+    )
+    planned = plan(spec, pool=mmlu_pool)
+    trial = planned.trials[0]
+    tokenizer = FakeTokenizer()
+    prompt = render_trial(trial, spec=spec, questions=planned.questions, tokenizer=tokenizer)
+    assert prompt == render(
+        trial,
+        questions=planned.questions,
+        template=spec.prompt,
+        chat_template=ChatTemplateUse.off,
+        tokenizer=tokenizer,
+        filler=spec.filler,
+        seed=7,
+    )
+    assert prompt.filler_tokens is not None and prompt.text.endswith("Answers:")
+    assert not prompt.chat_template_used
+    wrapped = render_trial(
+        trial, spec=spec, questions=planned.questions, tokenizer=tokenizer, chat_template=ChatTemplateUse.auto
+    )
+    assert wrapped.chat_template_used and wrapped.text == CHAT_TEMPLATE.format(text=prompt.user_text)
 
 
 def test_custom_template() -> None:

@@ -19,9 +19,9 @@ from posbias.schemas import (
 )
 from posbias.service.planner import plan
 from posbias.service.shards import shard_spec
-from posbias.workers.prompts import render
+from posbias.workers.fake_engine import FakeEngine, FakeTokenizer
+from posbias.workers.prompts import render_trial
 from posbias.workers.shard import run_shard
-from posbias.workers.testing import FakeEngine, FakeTokenizer
 
 PoolFactory = Callable[..., QuestionPool]
 
@@ -60,13 +60,7 @@ def test_token_offsets_agree_with_the_tokenizer(make_pool: PoolFactory) -> None:
     result = run_shard(shard, engine=FakeEngine(shard.fake, tokenizer=tokenizer))
 
     for trial, trial_result in zip(shard.trials, result.trials, strict=True):
-        prompt = render(
-            trial,
-            questions=shard.questions,
-            template=shard.prompt,
-            chat_template=shard.chat_template,
-            tokenizer=tokenizer,
-        )
+        prompt = render_trial(trial, spec=shard, questions=shard.questions, tokenizer=tokenizer)
         encoding = tokenizer.encode(prompt.text, add_special_tokens=False)
         assert trial_result.prompt_tokens == len(encoding.ids)
         assert trial_result.output_text is not None
@@ -107,13 +101,7 @@ def test_option_probabilities_at_the_answer(make_pool: PoolFactory) -> None:
 
 def test_too_long_prompt_is_skipped_with_its_reason(make_pool: PoolFactory) -> None:
     shard = _shard(make_pool(60), batch_sizes=[1, 30], iterations=2)
-    short = render(
-        shard.trials[0],
-        questions=shard.questions,
-        template=shard.prompt,
-        chat_template=shard.chat_template,
-        tokenizer=FakeTokenizer(),
-    )
+    short = render_trial(shard.trials[0], spec=shard, questions=shard.questions, tokenizer=FakeTokenizer())
     assert short.prompt_tokens is not None
     # Room for the one-question prompts and their answers, not for the 30-question ones.
     context = short.prompt_tokens + shard.sampling.max_tokens_for(1, answer_mode=AnswerMode.free) + 10

@@ -18,7 +18,7 @@ from support.vllmserve import VllmServer, vllm_serve
 
 import posbias.api as api
 from posbias.schemas import EngineName, JobSpec, JobStatus, TrialResult, WorkerConfig
-from posbias.service import database, store
+from posbias.service import database, queries
 from posbias.service.settings import Settings
 from posbias.service.shards import shard_spec
 from posbias.workers.models import convert_gguf, demo_model_path
@@ -106,7 +106,7 @@ def in_process(spec: dict[str, Any], *, engine: VllmEngine, settings: Settings) 
 def stored(url: str, job_id: int) -> dict[int, Any]:
     """The job's stored trial outcomes and results, by trial index."""
     with database.connect(url) as db:
-        rows = list(store.export_results(db, job_id))
+        rows = list(queries.export_results(db, job_id))
         with db.read() as session:
             trials = session.execute(
                 sa.text(

@@ -26,11 +26,12 @@ from posbias.schemas import (
     Variant,
     WorkerConfig,
 )
-from posbias.service import curves, jobs, queue, store, submission
+from posbias.service import curves, jobs, queries, queue, store, submission
 from posbias.service.database import Database
 from posbias.service.settings import Settings
 from posbias.workers import variants
-from posbias.workers.engine import Engine, load_engine
+from posbias.workers.engine import Engine
+from posbias.workers.loader import load_engine
 from posbias.workers.shard import run_shard
 from posbias.workers.vllm_engine import VllmEngine
 
@@ -245,7 +246,7 @@ def test_a_job_of_two_variants_runs_and_compares_paired(
     assert runs["global-only"].expected == runs["global-only"].built
     assert runs["global-only"].built == LayerConfig(windows=(None,) * 4, rope_theta=(10000.0,) * 4)
     # The store keeps one model row per config: as published, and as global-only built it.
-    models = {json_key(m.hf_overrides): m for m in store.list_models(db) if m.name == str(tiny_gemma2_dir)}
+    models = {json_key(m.hf_overrides): m for m in queries.list_models(db) if m.name == str(tiny_gemma2_dir)}
     assert models[""].sliding_window_layers == (0, 2) and models[""].layers == runs["baseline"].built
     changed = models[json_key(runs["global-only"].hf_overrides)]
     assert changed.sliding_window is None and changed.layers == runs["global-only"].built

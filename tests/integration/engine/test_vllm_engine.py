@@ -18,7 +18,8 @@ from engine_helpers import (
 )
 
 from posbias.schemas import JobSpec, PosbiasError, WorkerConfig
-from posbias.workers.engine import Generation, GenerationRequest, load_engine
+from posbias.workers.engine import Generation, GenerationRequest
+from posbias.workers.loader import load_engine
 from posbias.workers.vllm_engine import VllmEngine
 
 pytestmark = pytest.mark.vllm
