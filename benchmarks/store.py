@@ -5,9 +5,9 @@ scan of the results, side by side in one run.
     python benchmarks/store.py --rows 100000 --curve-rows 1000000   # a quick look
     python benchmarks/store.py --profile            # also: where PostgreSQL ingest time goes
 
-Ingest goes through `store.write_shard_results` (lease held, COPY / executemany, curve totals, job status),
+Ingest goes through `queue.complete` (lease held, COPY / executemany, curve totals, job status),
 with realistic shards: batch size 50, 20 trials per shard (1,000 results a shard), written two ways: one
-shard per transaction, and the shards of one engine call (`workers.pool.SHARDS_PER_CALL`) per transaction,
+shard per transaction, and the shards of one engine call (`service.pools.SHARDS_PER_CALL`) per transaction,
 as the dispatcher writes them. Building each worker result is not timed; writing it is.
 
 The curve table is built in SQL (generate_series on PostgreSQL, a recursive CTE on SQLite), since going
@@ -48,7 +48,7 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.service import database, jobs, planner, queue, store
+from posbias.service import database, jobs, migrate, planner, queries, queue
 from posbias.service.database import Database
 from posbias.service.pools import SHARDS_PER_CALL
 
@@ -75,7 +75,7 @@ class Ingest:
     per_write: int
     """Shards written per transaction."""
     seconds: float
-    """Time inside `write_shard_results` only."""
+    """Time inside `queue.complete` only."""
 
     @property
     def rows_per_second(self) -> float:
@@ -170,7 +170,7 @@ def fake_result(shard: ShardSpec, rng: random.Random) -> ShardResult:
 def ingest(url: str, *, rows: int, per_write: int, profile: cProfile.Profile | None = None) -> Ingest:
     """Submit a job of `rows` results, lease every shard, and write a result for each, `per_write` shards
     per transaction."""
-    database.upgrade(url)
+    migrate.upgrade(url)
     spec = JobSpec.model_validate(
         {
             "model": "bench/ingest",
@@ -299,12 +299,12 @@ def _median_ms(call: Callable[[], object], repeats: int) -> float:
 
 def curve_times(url: str, *, rows: int) -> CurveTimes:
     """Build the curve table at `url`, then time the curve of model `bench/a` at batch size 50 both ways."""
-    database.upgrade(url)
+    migrate.upgrade(url)
     with database.connect(url) as db:
         build = build_curve_table(db, rows=rows)
 
         def from_aggregates() -> list[tuple[int, int, int]]:
-            counts = store.curve_counts(db, model="bench/a", batch_size=BATCH_SIZE)
+            counts = queries.curve_counts(db, model="bench/a", batch_size=BATCH_SIZE)
             return [(c.position, c.n, c.n_correct) for c in counts]
 
         def from_results() -> list[tuple[int, int, int]]:

@@ -1,4 +1,4 @@
-"""Alembic environment. `service.database` passes an open connection in `config.attributes["connection"]`;
+"""Alembic environment. `service.migrate` passes an open connection in `config.attributes["connection"]`;
 the alembic command line (see alembic.ini) gets its URL from `-x url=...` or posbias's settings.
 
 `render_as_batch` makes table changes copy-and-swap on SQLite, so one set of scripts serves both dialects.

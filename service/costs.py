@@ -19,8 +19,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from posbias.schemas import ChatTemplateUse, EndpointReport, JobSpec, Plan, Question, Trial
-from posbias.workers.openai_engine import estimated_prompt_tokens
 from posbias.workers.prompts import render
+from posbias.workers.tokenizer import estimated_prompt_tokens
 
 
 def trial_estimate(trial: Trial, *, questions: Mapping[str, Question], spec: JobSpec) -> int:

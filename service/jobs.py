@@ -1,15 +1,15 @@
 """Jobs: submitting one (its rows and its shards in one transaction), cancelling, retrying or failing it,
-keeping its status in line with its shards, and reading jobs back.
+and reading jobs back.
 
-A job's status follows its shards (`settle`); the shards themselves only move through `service.queue`.
+A job's status follows its shards (`service.job_status`); the shards themselves only move through
+`service.queue`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -23,7 +23,6 @@ from posbias.schemas import (
     JobSpec,
     JobStatus,
     LayerConfig,
-    NotFoundError,
     Plan,
     PosbiasError,
     ShardRecord,
@@ -35,15 +34,12 @@ from posbias.schemas import (
 from posbias.schemas.variant import merge_overrides
 from posbias.service import queue, tables
 from posbias.service.database import IN_CHUNK, Database, dialect_insert, now_utc
+from posbias.service.job_status import ACTIVE, locked_job, not_found, settle_job
 from posbias.service.shards import load_spec
 from posbias.service.tables import Job, Shard
 
 MAX_KEY = 200
 """Characters of an idempotency key at most (the column's width)."""
-
-
-def _not_found(job_id: int) -> NotFoundError:
-    return NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
 
 
 # --- submitting ---------------------------------------------------------------------------------------
@@ -207,7 +203,7 @@ def cancel(db: Database, job_id: int) -> int:
     Returns how many shards were cancelled. `ConflictError` when the job already finished."""
     now = now_utc()
     with db.write() as session:
-        ids = queue.lock_job_shards(session, job_id, queue.ACTIVE)
+        ids = queue.lock_job_shards(session, job_id, ACTIVE)
         job = locked_job(session, job_id)
         if job.status in FINISHED_JOB_STATUSES:
             raise ConflictError(f"job {job_id} is already {job.status}: there is nothing to cancel")
@@ -239,78 +235,13 @@ def fail(db: Database, job_id: int, *, error: str) -> int:
     dead with `error`, so `posbias retry` can requeue them. Returns how many; a finished job is left as is."""
     now = now_utc()
     with db.write() as session:
-        ids = queue.lock_job_shards(session, job_id, queue.ACTIVE)
+        ids = queue.lock_job_shards(session, job_id, ACTIVE)
         job = locked_job(session, job_id)
         if job.status in FINISHED_JOB_STATUSES or not ids:
             return 0
         queue.kill(session, ids, error=error, now=now)
         settle_job(session, job, now=now)
     return len(ids)
-
-
-# --- status -------------------------------------------------------------------------------------------
-
-
-def locked_job(session: Session, job_id: int) -> Job:
-    """The job, locked for update until the transaction ends. `NotFoundError` when there is none."""
-    # FOR NO KEY UPDATE: inserting rows that reference the job (results, curve points) is not blocked.
-    job = session.scalar(
-        select(Job)
-        .where(Job.id == job_id)
-        .with_for_update(key_share=True)
-        .execution_options(populate_existing=True)
-    )
-    if job is None:
-        raise _not_found(job_id)
-    return job
-
-
-def mark_started(session: Session, job_ids: Iterable[int], *, now: datetime) -> None:
-    """Queued jobs among `job_ids` become running (a shard of theirs was just leased)."""
-    for job_id in sorted(set(job_ids)):
-        session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.status == JobStatus.queued)
-            .values(status=JobStatus.running, started_at=now)
-            .execution_options(synchronize_session=False)
-        )
-
-
-def settle(session: Session, job_ids: Iterable[int], *, now: datetime) -> None:
-    """Bring the status of `job_ids` in line with their shards (see `settle_job`), locking each job."""
-    for job_id in sorted(set(job_ids)):
-        settle_job(session, locked_job(session, job_id), now=now)
-
-
-def settle_job(session: Session, job: Job, *, now: datetime) -> None:
-    """Bring a locked job's status in line with its shards: done when every shard is done, failed when
-    nothing is left to run and some shard is dead. Call after changing shards, in the same transaction."""
-    if job.status is JobStatus.cancelled:
-        return
-    active = session.scalar(
-        select(Shard.id).where(Shard.job_id == job.id, Shard.status.in_(queue.ACTIVE)).limit(1)
-    )
-    if active is not None:
-        status = JobStatus.running if job.started_at is not None else JobStatus.queued
-    else:
-        dead = session.scalar(
-            select(func.count()).where(Shard.job_id == job.id, Shard.status == ShardStatus.dead)
-        )
-        status = JobStatus.failed if dead else JobStatus.done
-    if status == job.status:
-        return
-    job.status = status
-    job.finished_at = now if status in FINISHED_JOB_STATUSES else None
-    job.error = _job_error(session, job) if status is JobStatus.failed else None
-
-
-def _job_error(session: Session, job: Job) -> str:
-    dead = session.execute(
-        select(Shard.last_error)
-        .where(Shard.job_id == job.id, Shard.status == ShardStatus.dead)
-        .order_by(Shard.finished_at.desc(), Shard.id)
-    ).all()
-    return f"{len(dead)} of {job.shards_total} shards failed after their last attempt: {dead[0][0]}"
 
 
 # --- reading ------------------------------------------------------------------------------------------
@@ -321,7 +252,7 @@ def get(db: Database, job_id: int) -> JobRecord:
     with db.read() as session:
         job = session.get(Job, job_id)
         if job is None:
-            raise _not_found(job_id)
+            raise not_found(job_id)
         return _record(session, job)
 
 
@@ -330,7 +261,7 @@ def finished(db: Database, job_id: int) -> bool:
     with db.read() as session:
         status = session.scalar(select(Job.status).where(Job.id == job_id))
     if status is None:
-        raise _not_found(job_id)
+        raise not_found(job_id)
     return status in FINISHED_JOB_STATUSES
 
 
@@ -402,7 +333,7 @@ def shards(db: Database, job_id: int) -> list[ShardRecord]:
     """A job's shards in order. `NotFoundError` when there is no such job."""
     with db.read() as session:
         if session.get(Job, job_id) is None:
-            raise _not_found(job_id)
+            raise not_found(job_id)
         return [
             ShardRecord(
                 id=s.id,
@@ -428,7 +359,7 @@ def progress(db: Database, job_id: int) -> JobProgress:
     with db.read() as session:
         job = session.get(Job, job_id)
         if job is None:
-            raise _not_found(job_id)
+            raise not_found(job_id)
         return _progress(session, job)
 
 

@@ -1,10 +1,11 @@
-"""Lease owners as processes: who this dispatcher is, and whether a registered one is still alive.
+"""Lease owners as processes: who this dispatcher is, its registration in the store, whether a registered
+one is still alive, and reclaiming the leases of one that is not.
 
-A dispatcher registers its host, its process id and the process's start time (`queue.register`). Another
-dispatcher on the same machine can then tell at once that it died (its pid is gone, or now belongs to a
-process that started later) and reclaim its leases without waiting for them to lapse. "The same machine"
-is the same kernel boot and the same PID namespace: containers on one host each have their own namespace,
-and a pid means nothing across them.
+A dispatcher registers its host, its process id and the process's start time (`register`) and heartbeats
+its registration with its leases (`queue.heartbeat`). Another dispatcher on the same machine can then tell at
+once that it died (its pid is gone, or now belongs to a process that started later) and reclaim its leases
+without waiting for them to lapse (`reclaim_dead`). "The same machine" is the same kernel boot and the same
+PID namespace: containers on one host each have their own namespace, and a pid means nothing across them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy import delete, select
+
+from posbias.schemas import PosbiasError
+from posbias.service import queue
+from posbias.service.database import Database, now_utc
+from posbias.service.tables import Dispatcher
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,75 @@ def alive(identity: Identity) -> bool | None:
     if started is None:
         return False  # no such process
     return identity.started is None or started == identity.started
+
+
+def register(db: Database, owner: str, *, identity: Identity) -> int:
+    """Record that `owner` runs as the process `identity`, first reclaiming the leases of dispatchers on
+    this machine whose process is gone (`reclaim_dead`). Returns how many shards were reclaimed.
+
+    `PosbiasError` when another live process on this machine is registered under the same name (two
+    dispatchers with one POSBIAS_WORKER_ID would take each other's leases for their own).
+    """
+    reclaimed = reclaim_dead(db, machine=identity.machine)
+    now = now_utc()
+    with db.write() as session:
+        row = session.get(Dispatcher, owner, with_for_update=True)
+        if row is not None:
+            other = _identity(row)
+            if other != identity and alive(other):
+                raise PosbiasError(
+                    f"another dispatcher (pid {row.pid} on {row.host}) is running as {owner!r}: give this "
+                    "one another POSBIAS_WORKER_ID, or leave it unset"
+                )
+            session.delete(row)
+            session.flush()
+        session.add(
+            Dispatcher(
+                owner=owner,
+                host=identity.host,
+                machine=identity.machine,
+                pid=identity.pid,
+                process_started=identity.started,
+                started_at=now,
+                heartbeat_at=now,
+            )
+        )
+    return reclaimed
+
+
+def deregister(db: Database, owner: str) -> None:
+    """Forget `owner` (it is exiting and has released its leases)."""
+    with db.write() as session:
+        session.execute(delete(Dispatcher).where(Dispatcher.owner == owner))
+
+
+def reclaim_dead(db: Database, *, machine: str) -> int:
+    """Put the leases of dispatchers registered on `machine` whose process is gone back in the queue (a
+    lapse each, no attempt), and forget those dispatchers. Returns how many shards were reclaimed.
+
+    Only this machine's dispatchers can be seen to be dead; elsewhere a lease lapses after its
+    `lease_seconds` (`queue.recover_expired`).
+    """
+    if not machine:
+        return 0
+    with db.read() as session:
+        rows = list(session.scalars(select(Dispatcher).where(Dispatcher.machine == machine)))
+    dead = {row.owner: row for row in rows if alive(_identity(row)) is False}
+    if not dead:
+        return 0
+    whys = {
+        owner: f"its dispatcher {row.owner} (pid {row.pid} on {row.host}) exited while holding it"
+        for owner, row in dead.items()
+    }
+    now = now_utc()
+    with db.write() as session:
+        reclaimed = queue.lapse_leases_of(session, whys, now=now)
+        session.execute(delete(Dispatcher).where(Dispatcher.owner.in_(sorted(dead))))
+    return reclaimed
+
+
+def _identity(row: Dispatcher) -> Identity:
+    return Identity(host=row.host, machine=row.machine, pid=row.pid, started=row.process_started)
 
 
 def _machine() -> str:

@@ -2,17 +2,13 @@
 
 A shard moves `queued -> leased -> done`; a failed attempt or a lapsed lease sends it back to `queued`, or
 to `dead` once it has used its budget; cancelling its job makes it `cancelled`. Each transition that changes
-what a job has left to run settles the job's status in the same transaction (`jobs.settle`).
+what a job has left to run settles the job's status in the same transaction (`job_status.settle`).
 
 Two budgets, because they count different things. `attempts` count what the shard did: its engine call
 failed, or its worker died running it (`fail`); after `max_attempts` the shard is dead. `lapses` count what
 happened to its dispatcher: the lease lapsed, or its dispatcher's process is gone (`recover_expired`,
-`reclaim_dead`); a preempted node or an OOM-killed driver is not the shard's fault, so only `MAX_LAPSES`, a
-much larger budget, catches a shard that keeps killing whatever runs it.
-
-Dispatchers register (`register`) and heartbeat their registration with their leases, so a dispatcher on the
-same machine sees at once that one has died (its process is gone) and reclaims its leases without waiting for
-them to lapse.
+`lapse_leases_of` for `owners.reclaim_dead`); a preempted node or an OOM-killed driver is not the shard's
+fault, so only `MAX_LAPSES`, a much larger budget, catches a shard that keeps killing whatever runs it.
 
 Claims are row locks: PostgreSQL leases with `SELECT ... FOR UPDATE SKIP LOCKED`, so several dispatchers share
 one queue without waiting on each other; SQLite serialises writers with `BEGIN IMMEDIATE` (one host). Every
@@ -23,21 +19,20 @@ Lease expiry uses the dispatchers' clocks (UTC), which must agree to well within
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from posbias.schemas import JobSpec, Plan, PosbiasError, ShardResult, ShardSpec, ShardStatus
-from posbias.service import jobs, owners, shards, store
+from posbias.schemas import JobSpec, Plan, ShardResult, ShardSpec, ShardStatus
+from posbias.service import job_status, shards, store
 from posbias.service.database import Database, now_utc
+from posbias.service.job_status import ACTIVE
 from posbias.service.tables import Dispatcher, Shard
 
-ACTIVE = (ShardStatus.queued, ShardStatus.leased)
-"""Shards that still have work to do."""
 MAX_LAPSES = 30
 """Leases of one shard that may lapse (its dispatchers died) before it is dead: ten times the default
 `max_attempts`, so that dispatchers on preemptible nodes can die again and again without a shard being lost,
@@ -153,7 +148,7 @@ def lease(
             .returning(Shard.id, Shard.job_id, Shard.attempts)
             .execution_options(synchronize_session=False)
         ).all()
-        jobs.mark_started(session, {row.job_id for row in leased}, now=now)
+        job_status.mark_started(session, {row.job_id for row in leased}, now=now)
     attempts = {row.id: row.attempts + 1 for row in leased}
     order = [shard_id for shard_id in chosen if shard_id in attempts]
     specs = shards.from_store(db, order)
@@ -173,7 +168,7 @@ def _claimable(session: Session, where: list[Any], *, limit: int) -> list[int]:
 
 def heartbeat(db: Database, shard_ids: Iterable[int], *, owner: str, lease_seconds: float) -> set[int]:
     """Extend `owner`'s leases on `shard_ids` by `lease_seconds` from now, and its registration (see
-    `register`); return the ids still held (a shard missing from the answer was recovered, cancelled or
+    `owners.register`); return the ids still held (a shard missing from the answer was recovered, cancelled or
     finished: stop working on it)."""
     ids = sorted(set(shard_ids))
     now = now_utc()
@@ -261,14 +256,21 @@ def complete(db: Database, results: Sequence[ShardResult], *, owner: str) -> lis
             else:
                 accepted[result.shard_id] = result
         if accepted:
-            store.write_results(session, accepted, now=now)
+            written = store.write_results(session, accepted)
+            # Locked after the rows went in: the job's row lock serialises only the curve increments of
+            # concurrent writers of one job, not their inserts.
+            job_rows = {
+                job_id: job_status.locked_job(session, job_id)
+                for job_id in sorted({r.job_id for r in accepted.values()})
+            }
+            store.add_to_jobs(session, written, jobs=job_rows, now=now)
             for shard_id in accepted:
                 shard = locked[shard_id]
                 shard.status = ShardStatus.done
                 shard.finished_at = now
                 shard.lease_expires_at = None
             session.flush()
-            jobs.settle(session, {r.job_id for r in accepted.values()}, now=now)
+            job_status.settle(session, {r.job_id for r in accepted.values()}, now=now)
     return [
         outcome or WriteOutcome(written=True, results=len(result.results))
         for outcome, result in zip(outcomes, results, strict=True)
@@ -288,7 +290,7 @@ def fail(db: Database, shard_id: int, *, owner: str, error: str) -> ShardStatus 
         shard = found[0]
         shard.attempts += 1
         _end_lease(shard, error=error, dead=shard.attempts >= shard.max_attempts, now=now)
-        jobs.settle(session, [shard.job_id], now=now)
+        job_status.settle(session, [shard.job_id], now=now)
         return shard.status
 
 
@@ -357,93 +359,29 @@ def recover_expired(db: Database, *, now: datetime | None = None) -> int:
                 f"{shard.lease_owner})"
             )
             _lapse(shard, why=why, now=now)
-        jobs.settle(session, [shard.job_id for shard in expired], now=now)
+        job_status.settle(session, [shard.job_id for shard in expired], now=now)
     return len(expired)
 
 
-# --- dispatchers --------------------------------------------------------------------------------------
+# --- leases of dispatchers that are gone --------------------------------------------------------------
 
 
-def register(db: Database, owner: str, *, identity: owners.Identity) -> int:
-    """Record that `owner` runs as the process `identity`, first reclaiming the leases of dispatchers on
-    this machine whose process is gone (`reclaim_dead`). Returns how many shards were reclaimed.
-
-    `PosbiasError` when another live process on this machine is registered under the same name (two
-    dispatchers with one POSBIAS_WORKER_ID would take each other's leases for their own).
-    """
-    reclaimed = reclaim_dead(db, machine=identity.machine)
-    now = now_utc()
-    with db.write() as session:
-        row = session.get(Dispatcher, owner, with_for_update=True)
-        if row is not None:
-            other = owners.Identity(
-                host=row.host, machine=row.machine, pid=row.pid, started=row.process_started
-            )
-            if other != identity and owners.alive(other):
-                raise PosbiasError(
-                    f"another dispatcher (pid {row.pid} on {row.host}) is running as {owner!r}: give this "
-                    "one another POSBIAS_WORKER_ID, or leave it unset"
-                )
-            session.delete(row)
-            session.flush()
-        session.add(
-            Dispatcher(
-                owner=owner,
-                host=identity.host,
-                machine=identity.machine,
-                pid=identity.pid,
-                process_started=identity.started,
-                started_at=now,
-                heartbeat_at=now,
-            )
+def lapse_leases_of(session: Session, whys: Mapping[str, str], *, now: datetime) -> int:
+    """In the caller's transaction, put the shards leased by the owners in `whys` back in the queue (a
+    lapse each, no attempt charged), each with its owner's `why` as its error, and settle their jobs.
+    Shards another transaction has locked are left for later. Returns how many were lapsed."""
+    held = list(
+        session.scalars(
+            select(Shard)
+            .where(Shard.status == ShardStatus.leased, Shard.lease_owner.in_(sorted(whys)))
+            .order_by(Shard.id)
+            .with_for_update(skip_locked=True)
+            .execution_options(populate_existing=True)
         )
-    return reclaimed
-
-
-def deregister(db: Database, owner: str) -> None:
-    """Forget `owner` (it is exiting and has released its leases)."""
-    with db.write() as session:
-        session.execute(delete(Dispatcher).where(Dispatcher.owner == owner))
-
-
-def reclaim_dead(db: Database, *, machine: str) -> int:
-    """Put the leases of dispatchers registered on `machine` whose process is gone back in the queue (a
-    lapse each, no attempt), and forget those dispatchers. Returns how many shards were reclaimed.
-
-    Only this machine's dispatchers can be seen to be dead; elsewhere a lease lapses after its
-    `lease_seconds` (`recover_expired`).
-    """
-    if not machine:
-        return 0
-    with db.read() as session:
-        rows = list(session.scalars(select(Dispatcher).where(Dispatcher.machine == machine)))
-    dead = {
-        row.owner: row
-        for row in rows
-        if owners.alive(
-            owners.Identity(host=row.host, machine=row.machine, pid=row.pid, started=row.process_started)
-        )
-        is False
-    }
-    if not dead:
-        return 0
-    now = now_utc()
-    with db.write() as session:
-        held = list(
-            session.scalars(
-                select(Shard)
-                .where(Shard.status == ShardStatus.leased, Shard.lease_owner.in_(sorted(dead)))
-                .order_by(Shard.id)
-                .with_for_update(skip_locked=True)
-                .execution_options(populate_existing=True)
-            )
-        )
-        for shard in held:
-            row = dead[str(shard.lease_owner)]
-            why = f"its dispatcher {row.owner} (pid {row.pid} on {row.host}) exited while holding it"
-            _lapse(shard, why=why, now=now)
-        jobs.settle(session, [shard.job_id for shard in held], now=now)
-        session.execute(delete(Dispatcher).where(Dispatcher.owner.in_(sorted(dead))))
+    )
+    for shard in held:
+        _lapse(shard, why=whys[str(shard.lease_owner)], now=now)
+    job_status.settle(session, [shard.job_id for shard in held], now=now)
     return len(held)
 
 

@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from posbias.schemas import PosbiasError, WorkerConfig
-from posbias.schemas.job import describe_validation_error
+from posbias.schemas.spec_file import describe_validation_error
 
 ENV_FILE = ".env"
 MAX_ENV_FILE_BYTES = 1 << 20

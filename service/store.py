@@ -1,40 +1,31 @@
-"""Results in and out of the store: the rows a finished shard writes, and the queries behind curves,
-bootstraps, token-distance analyses and exports.
+"""A finished shard's results into the store: trial outcomes, result rows, the curve totals, and the model
+and engine of each job and variant.
 
 A shard's results are written in the transaction `queue.complete` opens, only while its lease is held, so a
-re-delivered or late result changes nothing; this module moves the rows and never changes a shard's
-status. Results go in with `COPY` on PostgreSQL and `executemany` on SQLite; the per-(job, batch size,
-position) totals in `curve_points` are incremented in the same transaction, so a curve is read from a few
-hundred rows however many results there are.
+re-delivered or late result changes nothing; this module moves the rows and never changes a shard's or a
+job's status, and imports neither the queue nor the jobs (the queue locks the job rows and hands them over).
+Results go in with `COPY` on PostgreSQL and `executemany` on SQLite; the per-(job, batch size, position)
+totals in `curve_points` are incremented in the same transaction, so a curve is read from a few hundred rows
+however many results there are (`service.queries` reads them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from posbias.schemas import (
-    BASELINE,
-    LayerConfig,
-    ModelInfo,
-    NotFoundError,
-    ParseStatus,
-    QuestionResult,
-    ShardResult,
-    TrialStatus,
-)
-from posbias.service import jobs, tables
-from posbias.service.analysis import DistanceRow, ResultRow, TrialData, TrialRow
-from posbias.service.database import IN_CHUNK, Database, dialect_insert
-from posbias.service.tables import CurvePoint, Job, JobVariant, Model, Result, Trial
+from posbias.schemas import BASELINE, ModelInfo, QuestionResult, ShardResult, TrialStatus
+from posbias.service.database import dialect_insert
+from posbias.service.tables import Job, JobVariant, Model, Trial
 
 # Columns of `results` in the order both bulk paths write them, with the PostgreSQL types binary COPY sends
 # (JSON goes as text: its binary form is its text).
@@ -68,13 +59,29 @@ _RESULT_FIELDS = attrgetter(*list(RESULT_COLUMNS)[4:-2])
 _PROBS_JSON = {n: "[" + ",".join(["%.8g"] * n) + "]" for n in range(1, 33)}
 
 
-def write_results(session: Session, results: Mapping[int, ShardResult], *, now: datetime) -> None:
+class _TrialRow(NamedTuple):
+    id: int
+    batch_size: int
+    variant: str
+
+
+@dataclass(frozen=True)
+class Written:
+    """What `write_results` wrote, for `add_to_jobs`."""
+
+    results: Mapping[int, ShardResult]
+    """The results, by shard id."""
+    trials: dict[int, dict[int, _TrialRow]]
+    """The trials of each shard, by trial index."""
+
+
+def write_results(session: Session, results: Mapping[int, ShardResult]) -> Written:
     """Move the results of shards (by shard id) into the store, in the caller's transaction: trial
-    outcomes, result rows, the curve totals, and each job's (and each of its variants') model and engine
-    (first write wins).
+    outcomes and result rows; then `add_to_jobs` adds them to their jobs.
 
     The queue calls this from `queue.complete` once it has locked the shards and checked their leases;
-    marking them done is the queue's. Raises `ValueError` when a result does not match its shard's trials.
+    marking them done is the queue's. Raises `ValueError` when a result does not match its shard's trials
+    (before anything is written).
     """
     trials = _trials_of(session, sorted(results))
     for shard_id, result in results.items():
@@ -90,21 +97,27 @@ def write_results(session: Session, results: Mapping[int, ShardResult], *, now: 
         for r in result.results
     ]
     _insert_results(session, rows)
+    return Written(results=results, trials=trials)
 
-    # The jobs' row locks serialise the curve increments of concurrent writers of one job.
-    locked = {
-        job_id: jobs.locked_job(session, job_id) for job_id in sorted({r.job_id for r in results.values()})
-    }
+
+def add_to_jobs(session: Session, written: Written, *, jobs: Mapping[int, Job], now: datetime) -> None:
+    """Add `written` results to their jobs, in the caller's transaction: each job's (and each of its
+    variants') model and engine (first write wins), and the curve totals.
+
+    `jobs` are the results' jobs by id, locked by the caller: their row locks serialise the curve
+    increments of concurrent writers of one job.
+    """
+    results, trials = written.results, written.trials
     unrecorded: set[tuple[int, str]] = {
         (job_id, variant)
         for job_id, variant in session.execute(
             select(JobVariant.job_id, JobVariant.variant).where(
-                JobVariant.job_id.in_(sorted(locked)), JobVariant.model_id.is_(None)
+                JobVariant.job_id.in_(sorted(jobs)), JobVariant.model_id.is_(None)
             )
         )
     }
     for shard_id, result in results.items():
-        job = locked[result.job_id]
+        job = jobs[result.job_id]
         variant = next(iter(trials[shard_id].values())).variant if trials[shard_id] else BASELINE
         if job.model_id is None or (job.id, variant) in unrecorded:
             model_id = _model_id(session, result.model, now=now)
@@ -116,12 +129,6 @@ def write_results(session: Session, results: Mapping[int, ShardResult], *, now: 
                 unrecorded.discard((job.id, variant))
     trial_ids = sorted(trial.id for shard_id in results for trial in trials[shard_id].values())
     session.execute(CURVE_UPSERT, {"trial_ids": trial_ids})
-
-
-class _TrialRow(NamedTuple):
-    id: int
-    batch_size: int
-    variant: str
 
 
 def _trials_of(session: Session, shard_ids: Sequence[int]) -> dict[int, dict[int, _TrialRow]]:
@@ -311,395 +318,3 @@ CURVE_UPSERT = sa.text(
         n_gold_prob = curve_points.n_gold_prob + excluded.n_gold_prob
     """
 ).bindparams(sa.bindparam("trial_ids", expanding=True))
-
-
-# --- queries ------------------------------------------------------------------------------------------
-
-
-def matching_jobs(
-    db: Database,
-    *,
-    model: str | None = None,
-    revision: str | None = None,
-    batch_size: int | None = None,
-    job_id: int | None = None,
-    variant: str | None = None,
-) -> list[int]:
-    """Ids of the jobs with results that match: of `model` (any revision unless `revision` is given), or
-    job `job_id`, and with results at `batch_size` and of `variant` when given."""
-    query = select(CurvePoint.job_id).join(Job, Job.id == CurvePoint.job_id).distinct()
-    query = _filter_jobs(
-        query, model=model, revision=revision, batch_size=batch_size, job_id=job_id, variant=variant
-    )
-    with db.read() as session:
-        return sorted(session.scalars(query))
-
-
-def variants_of(db: Database, *, job_ids: Collection[int], batch_size: int | None = None) -> list[str]:
-    """The variants with results among `job_ids` (at `batch_size` when given): the baseline first, then
-    the others in the order their jobs list them."""
-    ids = sorted(set(job_ids))
-    query = select(CurvePoint.variant).where(CurvePoint.job_id.in_(ids)).distinct()
-    if batch_size is not None:
-        query = query.where(CurvePoint.batch_size == batch_size)
-    with db.read() as session:
-        found = set(session.scalars(query))
-        order = session.execute(
-            select(JobVariant.variant, func.min(JobVariant.ordinal))
-            .where(JobVariant.job_id.in_(ids))
-            .group_by(JobVariant.variant)
-        ).all()
-    rank = {name: ordinal for name, ordinal in order}
-    return sorted(found, key=lambda name: (name != BASELINE, rank.get(name, len(rank)), name))
-
-
-def _filter_jobs(
-    query: Any,
-    *,
-    model: str | None,
-    revision: str | None,
-    batch_size: int | None,
-    job_id: int | None,
-    variant: str | None = None,
-) -> Any:
-    if model is None and job_id is None:
-        raise ValueError("name a model or a job")
-    if model is not None:
-        query = query.where(Job.model == model)
-    if revision is not None:
-        query = query.where(Job.revision == revision)
-    if job_id is not None:
-        query = query.where(Job.id == job_id)
-    if batch_size is not None:
-        query = query.where(CurvePoint.batch_size == batch_size)
-    if variant is not None:
-        query = query.where(CurvePoint.variant == variant)
-    return query
-
-
-class PositionCount(NamedTuple):
-    """The stored totals behind one point: what `curve_points` holds per (job, batch size, position)."""
-
-    batch_size: int
-    position: int
-    n: int
-    n_correct: int
-    n_parsed: int
-    gold_prob_sum: float = 0.0
-    n_gold_prob: int = 0
-
-
-def curve_counts(
-    db: Database,
-    *,
-    model: str | None = None,
-    revision: str | None = None,
-    batch_size: int | None = None,
-    job_id: int | None = None,
-    variant: str | None = BASELINE,
-) -> list[PositionCount]:
-    """Counts per (batch size, position) of `variant`, summed over the matching jobs (see
-    `matching_jobs`), in order. Read from the `curve_points` totals, not from the results."""
-    columns = (
-        CurvePoint.n,
-        CurvePoint.n_correct,
-        CurvePoint.n_parsed,
-        CurvePoint.gold_prob_sum,
-        CurvePoint.n_gold_prob,
-    )
-    query = (
-        select(CurvePoint.batch_size, CurvePoint.position, *(func.sum(column) for column in columns))
-        .join(Job, Job.id == CurvePoint.job_id)
-        .group_by(CurvePoint.batch_size, CurvePoint.position)
-        .order_by(CurvePoint.batch_size, CurvePoint.position)
-    )
-    query = _filter_jobs(
-        query, model=model, revision=revision, batch_size=batch_size, job_id=job_id, variant=variant
-    )
-    with db.read() as session:
-        return [
-            PositionCount(
-                batch_size=row[0],
-                position=row[1],
-                n=int(row[2]),
-                n_correct=int(row[3]),
-                n_parsed=int(row[4]),
-                gold_prob_sum=float(row[5]),
-                n_gold_prob=int(row[6]),
-            )
-            for row in session.execute(query)
-        ]
-
-
-def batch_sizes(db: Database, *, job_ids: Collection[int], variant: str | None = None) -> list[int]:
-    """The batch sizes at which `job_ids` have results (of `variant`, when given), in order."""
-    query = select(CurvePoint.batch_size).where(CurvePoint.job_id.in_(sorted(set(job_ids)))).distinct()
-    if variant is not None:
-        query = query.where(CurvePoint.variant == variant)
-    with db.read() as session:
-        return sorted(session.scalars(query))
-
-
-def trial_data(
-    db: Database, *, job_ids: Collection[int], batch_size: int, variant: str = BASELINE
-) -> TrialData:
-    """Every answered trial of `variant` of `job_ids` at `batch_size`, with its answers, as the analyses
-    read them: pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by
-    sampled set for jobs of the rotation design and for filler sweeps (each set shown at several lengths).
-    Variants are never pooled: each is its own curve."""
-    ids = sorted(set(job_ids))
-    with db.read() as session:
-        specs: dict[int, dict[str, Any]] = {
-            job_id: spec for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
-        }
-        rotation = {job_id: spec.get("design") == "rotation" for job_id, spec in specs.items()}
-        sweep = {
-            job_id: len((spec.get("filler") or {}).get("tokens") or ()) > 1 for job_id, spec in specs.items()
-        }
-        trial_rows = session.execute(
-            select(
-                Trial.id,
-                Trial.job_id,
-                Trial.iteration,
-                Trial.question_ids,
-                Trial.choice_orders,
-                Trial.answer_order,
-                Trial.probe_position,
-                Trial.filler_tokens,
-            )
-            .where(
-                Trial.job_id.in_(ids),
-                Trial.batch_size == batch_size,
-                Trial.variant == variant,
-                Trial.status == TrialStatus.done,
-            )
-            .order_by(Trial.job_id, Trial.index)
-        ).all()
-        options = _option_counts(session, {qid for row in trial_rows for qid in row.question_ids})
-        results = [
-            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold, slot, distance)
-            for trial_id, position, status, correct, gold, slot, distance in session.execute(
-                select(
-                    Result.trial_id,
-                    Result.position,
-                    Result.parse_status,
-                    Result.correct,
-                    Result.gold_prob,
-                    Result.answer_slot,
-                    Result.token_distance,
-                )
-                .where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant)
-                .order_by(Result.trial_id, Result.position)
-            )
-        ]
-    trials = [
-        TrialRow(
-            trial_id=row.id,
-            job_id=row.job_id,
-            iteration=row.iteration,
-            question_ids=row.question_ids,
-            choice_orders=row.choice_orders,
-            rotation_design=rotation.get(row.job_id, False),
-            n_options=[options.get(qid, 0) or 1 for qid in row.question_ids],
-            answer_order=row.answer_order,
-            probe=row.probe_position,
-            filler_tokens=row.filler_tokens,
-            set_cluster=sweep.get(row.job_id, False),
-        )
-        for row in trial_rows
-    ]
-    return TrialData.from_rows(trials, results, batch_size=batch_size)
-
-
-def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:
-    """Options per question (for the chance line)."""
-    counts: dict[str, int] = {}
-    ordered = sorted(question_ids)
-    for start in range(0, len(ordered), IN_CHUNK):
-        chunk = ordered[start : start + IN_CHUNK]
-        for qid, choices in session.execute(
-            select(tables.Question.id, tables.Question.choices).where(tables.Question.id.in_(chunk))
-        ):
-            counts[qid] = len(choices)
-    return counts
-
-
-def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
-    """Each trial of `job_ids` mapped to its cluster's representative: itself, or under rotation (and in a
-    filler sweep) the first trial of its sampled set."""
-    ids = sorted(set(job_ids))
-    with db.read() as session:
-        rotation = {
-            job_id
-            for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
-            if spec.get("design") == "rotation" or len((spec.get("filler") or {}).get("tokens") or ()) > 1
-        }
-        rows = session.execute(
-            select(Trial.id, Trial.job_id, Trial.variant, Trial.batch_size, Trial.iteration)
-            .where(Trial.job_id.in_(ids))
-            .order_by(Trial.id)
-        ).all()
-    first: dict[tuple[int, str, int, int], int] = {}
-    return {
-        row.id: first.setdefault((row.job_id, row.variant, row.batch_size, row.iteration), row.id)
-        if row.job_id in rotation
-        else row.id
-        for row in rows
-    }
-
-
-def token_distance_rows(
-    db: Database, *, job_ids: Collection[int], batch_size: int | None = None, variant: str = BASELINE
-) -> list[DistanceRow]:
-    """Per result of `variant` of `job_ids` (at `batch_size` when given): its trial, token distance,
-    whether it parsed and is correct, and the gold option's probability; for curves by token distance
-    instead of position."""
-    query = select(
-        Result.trial_id,
-        Result.batch_size,
-        Result.token_distance,
-        Result.parse_status == ParseStatus.ok,
-        Result.correct,
-        Result.gold_prob,
-    ).where(Result.job_id.in_(sorted(set(job_ids))), Result.variant == variant)
-    if batch_size is not None:
-        query = query.where(Result.batch_size == batch_size)
-    with db.read() as session:
-        return [DistanceRow(*row) for row in session.execute(query)]
-
-
-def job_model(db: Database, job_id: int, *, variant: str = BASELINE) -> ModelInfo | None:
-    """The architecture facts of the model `variant` of a job ran (its `models` row, as built); None before
-    its first result."""
-    with db.read() as session:
-        found = session.scalar(
-            select(Model)
-            .join(JobVariant, JobVariant.model_id == Model.id)
-            .where(JobVariant.job_id == job_id, JobVariant.variant == variant)
-        )
-        if found is None and variant == BASELINE:  # a job with no variants rows: its own model
-            found = session.scalar(select(Model).join(Job, Job.model_id == Model.id).where(Job.id == job_id))
-        return None if found is None else _model_info(found)
-
-
-def list_models(db: Database) -> list[ModelInfo]:
-    """Every model that has results, with its architecture facts as built, by name and revision; a model
-    run with config changes (a variant) is a row of its own, after the model as published."""
-    with db.read() as session:
-        models = session.scalars(
-            select(Model).order_by(Model.name, Model.revision, Model.overrides_key, Model.id)
-        )
-        return [_model_info(m) for m in models]
-
-
-def _model_info(m: Model) -> ModelInfo:
-    return ModelInfo(
-        name=m.name,
-        revision=m.revision or None,
-        architecture=m.architecture,
-        num_layers=m.num_layers,
-        sliding_window=m.sliding_window,
-        sliding_window_layers=None if m.sliding_window_layers is None else tuple(m.sliding_window_layers),
-        rope_theta=m.rope_theta,
-        context_length=m.context_length,
-        num_parameters=m.num_parameters,
-        hf_overrides=m.overrides or {},
-        layers=None
-        if m.layer_windows is None or m.layer_rope_theta is None
-        else LayerConfig(windows=tuple(m.layer_windows), rope_theta=tuple(m.layer_rope_theta)),
-    )
-
-
-class ExportRow(NamedTuple):
-    """One result as exported (CSV, Parquet): the result with its trial's coordinates."""
-
-    job_id: int
-    variant: str
-    trial_index: int
-    batch_size: int
-    iteration: int
-    rotation: int
-    answer_order: list[int] | None
-    probe_position: int | None
-    filler_tokens: int
-    filler_token_start: int | None
-    filler_token_end: int | None
-    position: int
-    answer_slot: int | None
-    question_id: str
-    subject: str
-    gold: int
-    predicted: int | None
-    correct: bool
-    parse_status: str
-    prompt_tokens: int | None
-    question_token_start: int | None
-    question_token_end: int | None
-    answer_token_index: int | None
-    token_distance: int | None
-    in_window: bool | None
-    visible_layers: int | None
-    gold_prob: float | None
-    option_probs: list[float] | None
-
-
-EXPORT_COLUMNS: tuple[str, ...] = ExportRow._fields
-_EXPORT_STATUS = EXPORT_COLUMNS.index("parse_status")
-
-
-def export_results(db: Database, job_id: int) -> Iterator[ExportRow]:
-    """Every result of a job, by trial and position, streamed. `NotFoundError` (raised here, before
-    iterating) when there is no such job."""
-    with db.read() as session:
-        if session.get(Job, job_id) is None:
-            raise NotFoundError(f"there is no job {job_id}: list jobs with `posbias status`")
-    return _stream_results(db, job_id)
-
-
-def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
-    query = (
-        select(
-            Result.job_id,
-            Result.variant,
-            Trial.index,
-            Result.batch_size,
-            Trial.iteration,
-            Trial.rotation,
-            Trial.answer_order,
-            Trial.probe_position,
-            Trial.filler_tokens,
-            Trial.filler_token_start,
-            Trial.filler_token_end,
-            Result.position,
-            Result.answer_slot,
-            Result.question_id,
-            Result.subject,
-            Result.gold,
-            Result.predicted,
-            Result.correct,
-            Result.parse_status,
-            Trial.prompt_tokens,
-            Result.question_token_start,
-            Result.question_token_end,
-            Result.answer_token_index,
-            Result.token_distance,
-            Result.in_window,
-            Result.visible_layers,
-            Result.gold_prob,
-            Result.option_probs,
-        )
-        .join(Trial, Trial.id == Result.trial_id)
-        .where(Result.job_id == job_id)
-        .order_by(Trial.index, Result.position)
-        .execution_options(yield_per=5000)
-    )
-    with db.read() as session:
-        result = session.execute(query)
-        try:
-            status = _EXPORT_STATUS
-            for row in result:
-                yield ExportRow._make(
-                    (*row[:status], ParseStatus(str(row[status])).value, *row[status + 1 :])
-                )
-        finally:
-            result.close()  # an export cut short closes its server-side cursor here, not at collection

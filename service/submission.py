@@ -29,7 +29,7 @@ from posbias.schemas import (
     QuestionPool,
     one_line,
 )
-from posbias.schemas.job import MAX_FILLER_FILE_BYTES
+from posbias.schemas.filler import MAX_FILLER_FILE_BYTES
 from posbias.service import context, costs, planner
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
@@ -159,28 +159,31 @@ def _prepare_served(spec: JobSpec, *, pool: QuestionPool, plan: Plan, check_cost
 
 def _probe_endpoint(spec: JobSpec, plan: Plan) -> tuple[EndpointReport, dict[int, list[int]], str]:
     """Probe a served job's endpoint, choose how the job uses it, and count a sample of its prompts."""
-    from posbias.workers import openai_engine as served
+    from posbias.workers.endpoint_probe import probe
+    from posbias.workers.endpoint_session import api_key, open_session
+    from posbias.workers.served_mode import choose_mode
+    from posbias.workers.tokenizer import CHARS_PER_TOKEN, estimated_prompt_tokens, job_tokenizer
 
     options = spec.engine
     model = options.model or spec.model
-    session = served.open_session(options, key=served.api_key(options.api_key_env))
+    session = open_session(options, key=api_key(options.api_key_env))
     try:
-        capabilities = served.probe(session, model=model)
-        mode = served.choose_mode(
+        capabilities = probe(session, model=model)
+        mode = choose_mode(
             capabilities,
             options=options,
             answer_mode=spec.answer_mode,
             chat_template=spec.chat_template,
             tokenizer=spec.tokenizer,
         )
-        tokenizer = served.job_tokenizer(capabilities, session=session, model=model, tokenizer=spec.tokenizer)
-        lengths = _prompt_lengths(spec, plan, tokenizer=tokenizer, estimate=served.estimated_prompt_tokens)
+        tokenizer = job_tokenizer(capabilities, session=session, model=model, tokenizer=spec.tokenizer)
+        lengths = _prompt_lengths(spec, plan, tokenizer=tokenizer, estimate=estimated_prompt_tokens)
     finally:
         session.close()
     how = {
         "server": "the endpoint's tokenizer",
         "named": f"the tokenizer {spec.tokenizer}",
-        "none": f"an estimate of {served.CHARS_PER_TOKEN} characters a token (the endpoint has no tokenizer)",
+        "none": f"an estimate of {CHARS_PER_TOKEN} characters a token (the endpoint has no tokenizer)",
     }[mode.token_offsets.value]
     bounds = costs.token_bounds(spec, plan, prompt_tokens=lengths)
     report = EndpointReport(
@@ -343,7 +346,7 @@ def _sliding_window(spec: JobSpec, *, settings: Settings) -> int | None:
 
 def _local_tokenizer(spec: JobSpec, *, settings: Settings) -> tuple[Tokenizer | None, str]:
     if spec.engine.name is EngineName.fake:
-        from posbias.workers.testing import FakeTokenizer
+        from posbias.workers.fake_engine import FakeTokenizer
 
         return FakeTokenizer(), "the fake engine's tokenizer"
     from posbias.workers.models import local_tokenizer

@@ -1,5 +1,5 @@
-"""The store's tables (SQLAlchemy 2 ORM). The migrations in `migrations/versions` build exactly these; a test
-compares the two on SQLite and PostgreSQL.
+"""The store's schema: its tables (SQLAlchemy 2 ORM). The migrations in `migrations/versions` build exactly
+these; a test compares the two on SQLite and PostgreSQL.
 
 Portability choices, the same on both dialects so one set of migrations serves both:
 

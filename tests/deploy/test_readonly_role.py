@@ -58,7 +58,7 @@ class Store:
 def store() -> Iterator[Store]:
     from support import postgres as throwaway_postgres
 
-    from posbias.service import database
+    from posbias.service import migrate
 
     with throwaway_postgres.running() as server:
         with psycopg.connect(
@@ -66,7 +66,7 @@ def store() -> Iterator[Store]:
         ) as admin:
             admin.execute(f"CREATE ROLE {APP} LOGIN")
             admin.execute(f"CREATE DATABASE {DB} OWNER {APP}")
-        database.upgrade(f"postgresql+psycopg://{APP}@{server.host}:{server.port}/{DB}")
+        migrate.upgrade(f"postgresql+psycopg://{APP}@{server.host}:{server.port}/{DB}")
         target = Store(server.host, server.port)
         for attempt in (1, 2):  # idempotent: the second run must succeed too
             done = target.run_script()

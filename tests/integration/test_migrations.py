@@ -4,16 +4,16 @@ schema version with a message that says what to do."""
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from support.ports import free_port
 
 from posbias.schemas import PosbiasError
-from posbias.service import database
+from posbias.service import database, database_url, migrate, schema_version, store_errors
 from posbias.service.tables import Base
 
 POSBIAS_TABLES = {"models", "jobs", "shards", "trials", "questions", "results", "curve_points"}
@@ -38,30 +38,30 @@ def _schema_differences(url: str) -> list[object]:
 
 
 def test_upgrade_builds_what_the_orm_declares(empty_database_url: str) -> None:
-    database.upgrade(empty_database_url)
+    migrate.upgrade(empty_database_url)
 
-    assert database.current(empty_database_url) == database.head()
+    assert migrate.current(empty_database_url) == schema_version.head()
     assert _tables(empty_database_url) >= POSBIAS_TABLES
     assert _schema_differences(empty_database_url) == []
 
 
 def test_down_to_base_and_up_again(empty_database_url: str) -> None:
-    database.upgrade(empty_database_url)
-    database.downgrade(empty_database_url, "base")
+    migrate.upgrade(empty_database_url)
+    migrate.downgrade(empty_database_url, "base")
 
-    assert database.current(empty_database_url) is None
+    assert migrate.current(empty_database_url) is None
     assert _tables(empty_database_url) & POSBIAS_TABLES == set()
 
-    database.upgrade(empty_database_url)
-    assert database.current(empty_database_url) == database.head()
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == schema_version.head()
     assert _schema_differences(empty_database_url) == []
     with database.connect(empty_database_url) as db, db.read() as session:
         assert session.execute(sa.text("SELECT count(*) FROM position_curve")).scalar_one() == 0
 
 
 def test_upgrade_is_idempotent(database_url: str) -> None:
-    database.upgrade(database_url)
-    assert database.current(database_url) == database.head()
+    migrate.upgrade(database_url)
+    assert migrate.current(database_url) == schema_version.head()
 
 
 def _one_line_error(url: str) -> str:
@@ -89,7 +89,7 @@ def test_connect_to_a_missing_sqlite_file_says_to_upgrade(tmp_path: Path) -> Non
 
 def test_connect_to_an_older_schema_says_to_upgrade(database_url: str) -> None:
     # One revision back: an older posbias's store (the base, while 0001 is the only revision).
-    database.downgrade(database_url, "-1")
+    migrate.downgrade(database_url, "-1")
     assert "run `posbias db upgrade`" in _one_line_error(database_url)
 
 
@@ -102,19 +102,12 @@ def test_connect_to_a_newer_schema_says_to_upgrade_posbias(database_url: str) ->
     assert "pip install -U posbias" in message
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
         ("not a url", "is not a database URL"),
         ("mysql://root@localhost/posbias", "unsupported database 'mysql'"),
-        (f"postgresql://nobody@127.0.0.1:{_closed_port()}/posbias", "cannot open the database"),
+        (f"postgresql://nobody@127.0.0.1:{free_port()}/posbias", "cannot open the database"),
         ("sqlite:////no/such/folder/posbias.db", "no posbias database"),
     ],
 )
@@ -125,14 +118,14 @@ def test_connect_to_a_bad_url_names_the_setting(url: str, expected: str) -> None
 
 
 def test_unreachable_postgres_hides_the_password() -> None:
-    message = _one_line_error(f"postgresql://me:s3cret@127.0.0.1:{_closed_port()}/posbias")
+    message = _one_line_error(f"postgresql://me:s3cret@127.0.0.1:{free_port()}/posbias")
     assert "s3cret" not in message
     assert "postgresql+psycopg://me:***@127.0.0.1" in message
 
 
 def test_upgrade_into_a_missing_folder_names_the_setting(tmp_path: Path) -> None:
     with pytest.raises(PosbiasError, match=r"cannot open the database.*POSBIAS_DATABASE_URL"):
-        database.upgrade(f"sqlite:///{tmp_path / 'missing' / 'posbias.db'}")
+        migrate.upgrade(f"sqlite:///{tmp_path / 'missing' / 'posbias.db'}")
 
 
 # --- stores that are not posbias's, and looking without touching ------------------------------------------
@@ -156,12 +149,12 @@ def test_upgrade_refuses_another_applications_database_unless_forced(empty_datab
     with pytest.raises(
         PosbiasError, match=r"already holds tables of another application \(invoices\).*--force"
     ):
-        database.upgrade(empty_database_url)
+        migrate.upgrade(empty_database_url)
     assert _tables(empty_database_url) == {"invoices"}, "a refused upgrade must leave the database alone"
 
-    database.upgrade(empty_database_url, force=True)
+    migrate.upgrade(empty_database_url, force=True)
     assert _tables(empty_database_url) >= POSBIAS_TABLES | {"invoices"}
-    assert database.current(empty_database_url) == database.head()
+    assert migrate.current(empty_database_url) == schema_version.head()
 
 
 def test_a_revision_that_is_not_posbiass_is_refused_and_left_alone(empty_database_url: str) -> None:
@@ -173,21 +166,21 @@ def test_a_revision_that_is_not_posbiass_is_refused_and_left_alone(empty_databas
         "INSERT INTO alembic_version VALUES ('abc123other')",
     )
     with pytest.raises(PosbiasError, match="Alembic revision 'abc123other', which is not posbias's"):
-        database.upgrade(empty_database_url, force=True)
+        migrate.upgrade(empty_database_url, force=True)
     assert _tables(empty_database_url) == {"alembic_version"}
-    with pytest.raises(database.RevisionError, match="posbias db current"):
-        database.downgrade(empty_database_url, "nosuch")
+    with pytest.raises(migrate.RevisionError, match="posbias db current"):
+        migrate.downgrade(empty_database_url, "nosuch")
 
 
 def test_looking_at_a_sqlite_store_creates_nothing_and_leaves_an_empty_file_empty(tmp_path: Path) -> None:
     missing = tmp_path / "typo.db"
     with pytest.raises(PosbiasError, match="no posbias database"):
-        database.current(f"sqlite:///{missing}")
+        migrate.current(f"sqlite:///{missing}")
     with pytest.raises(PosbiasError, match="no posbias database"):
         database.connect(f"sqlite:///{missing}", read_only=True)
     empty = tmp_path / "empty.db"
     empty.touch()
-    assert database.current(f"sqlite:///{empty}") is None
+    assert migrate.current(f"sqlite:///{empty}") is None
     with pytest.raises(PosbiasError, match="is an empty file, not a posbias database"):
         database.connect(f"sqlite:///{empty}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
@@ -200,7 +193,7 @@ def test_a_read_only_store_refuses_writes_on_both(database_url: str) -> None:
             assert session.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 0
         with pytest.raises(sa.exc.DBAPIError) as raised, db.write() as session:
             session.execute(sa.text("DELETE FROM jobs"))
-        assert database.explain(raised.value).problem is database.Problem.read_only
+        assert store_errors.explain(raised.value).problem is store_errors.Problem.read_only
 
 
 @pytest.mark.parametrize(
@@ -216,4 +209,4 @@ def test_a_read_only_store_refuses_writes_on_both(database_url: str) -> None:
 )
 def test_urls_and_drivers_are_checked_before_any_driver_is_loaded(url: str, expected: str) -> None:
     with pytest.raises(PosbiasError, match=re.escape(expected)):
-        database.normalise_url(url)
+        database_url.normalise_url(url)

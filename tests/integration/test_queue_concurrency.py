@@ -26,7 +26,7 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.service import jobs, queue, store
+from posbias.service import jobs, queries, queue
 from posbias.service.database import connect
 from posbias.service.tables import JobStatus, ShardStatus
 
@@ -155,4 +155,4 @@ def test_four_processes_complete_every_shard_exactly_once(database_url: str) -> 
             assert (
                 session.execute(sa.text("SELECT count(*) FROM results")).scalar_one() == SHARDS * BATCH_SIZE
             )
-        assert [c.n for c in store.curve_counts(db, job_id=job_id)] == [SHARDS, SHARDS]
+        assert [c.n for c in queries.curve_counts(db, job_id=job_id)] == [SHARDS, SHARDS]

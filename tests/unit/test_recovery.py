@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from posbias.schemas import JobSpec, QuestionPool, WorkerConfig
-from posbias.service.analysis import TrialData, build_curve
 from posbias.service.planner import plan
+from posbias.service.position_curve import build_curve
 from posbias.service.shards import shard_spec
-from posbias.workers.engine import load_engine
+from posbias.service.trial_data import TrialData
+from posbias.workers.loader import load_engine
 from posbias.workers.shard import run_shard
 
 BATCH_SIZE = 50

@@ -8,13 +8,13 @@ import sys
 
 from alembic.script import ScriptDirectory
 
-from posbias.service import database
+from posbias.service import migrate, schema_version
 
 
 def test_revisions_read_from_the_scripts_are_alembics() -> None:
-    script = ScriptDirectory.from_config(database.alembic_config())
-    assert database.revisions() == {rev.revision: rev.down_revision for rev in script.walk_revisions()}
-    assert database.head() == script.get_current_head()
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    assert schema_version.revisions() == {rev.revision: rev.down_revision for rev in script.walk_revisions()}
+    assert schema_version.head() == script.get_current_head()
 
 
 def test_a_command_that_only_reads_the_store_does_not_import_alembic_or_scipy() -> None:
