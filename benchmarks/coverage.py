@@ -2,12 +2,12 @@
 
 Each replication simulates a job's answers with the fake engine's model of a model (`FakeSpec`: a known
 accuracy curve; answers correlated through question difficulty and a prompt effect, decided by
-`posbias.workers.testing.latent_correct`, the fake engine's own rule), then runs the analysis functions the
-CLI runs (`service/analysis.py`, `service/comparison.py`, `service/verdicts.py`, `service/attribution.py`)
-and checks them against the truth. The engine itself (rendering, parsing) and the store are left out so that
-hundreds of replications run in minutes; the integration tests check that the store feeds the analysis these
-same arrays. The `explain-*` settings plan each design as the planner does and measure token distances as the
-worker does (`design_layout`).
+`posbias.workers.fake_engine.latent_correct`, the fake engine's own rule), then runs the analysis functions
+the CLI runs (`service/position_curve.py`, `service/comparison.py`, `service/verdicts.py`,
+`service/explain.py`) and checks them against the truth. The engine itself (rendering, parsing) and the store
+are left out so that hundreds of replications run in minutes; the integration tests check that the store feeds
+the analysis these same arrays. The `explain-*` settings plan each design as the planner does and measure
+token distances as the worker does (`design_layout`).
 
     python benchmarks/coverage.py                       # every setting, 500 replications each
     python benchmarks/coverage.py --reps 100 --only pointwise-effects,verdict-power
@@ -31,9 +31,13 @@ import numpy.typing as npt
 
 from posbias.schemas import FakeAxis, FakeSpec, ModelInfo
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import analysis, attribution, comparison, verdicts
-from posbias.service.analysis import DistanceRow, TrialData
-from posbias.workers.testing import latent_correct
+from posbias.service import comparison, position_curve, verdicts
+from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES
+from posbias.service.explain import explain_curve
+from posbias.service.intervals import wilson_interval
+from posbias.service.shape_test import PERMUTATIONS
+from posbias.service.trial_data import DistanceRow, TrialData
+from posbias.workers.fake_engine import latent_correct
 
 POOL = 2000
 """Questions to sample from (MMLU has 14,042; a smaller pool makes questions recur, as in long runs)."""
@@ -223,7 +227,7 @@ def design_truth(spec: FakeSpec, layout: DesignLayout) -> Floats:
 def design_answers(
     spec: FakeSpec, layout: DesignLayout, world: World, *, rng: np.random.Generator
 ) -> TrialData:
-    """One job of the design answered by the fake's rule, as `store.trial_data` would hand it over."""
+    """One job of the design answered by the fake's rule, as `queries.trial_data` would hand it over."""
     truth = design_truth(spec, layout)
     trials, n = layout.questions.shape
     correct = latent_correct(
@@ -273,7 +277,7 @@ class Tally:
         return self.hits / self.trials if self.trials else math.nan
 
     def interval(self) -> tuple[float, float]:
-        w = analysis.wilson_interval(self.hits, self.trials)
+        w = wilson_interval(self.hits, self.trials)
         return (w.low or 0.0, w.high or 0.0)
 
 
@@ -302,8 +306,8 @@ def curve_checks(
     iterations: int,
     rotation: bool = False,
     missing_after: int | None = None,
-    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
-    permutations: int = analysis.PERMUTATIONS,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    permutations: int = PERMUTATIONS,
 ) -> Body:
     """A setting's body: simulate a curve and check its pointwise intervals, band, contrast, slope."""
 
@@ -311,7 +315,7 @@ def curve_checks(
         layout = plan(n=n, iterations=iterations, rotation=rotation, rng=rng)
         world = World.draw(rng, prompts=iterations)
         data = answers(spec, layout, world, rng=rng, missing_after=missing_after)
-        curve = analysis.build_curve(
+        curve = position_curve.build_curve(
             data, model="sim", seed=rep, resamples=resamples, permutations=permutations
         )
         truth = np.array([spec.accuracy(p, n) for p in range(1, n + 1)])
@@ -355,7 +359,7 @@ def distance_checks(spec: FakeSpec, *, n: int, iterations: int, bin_width: int =
             for trial in range(data.trials)
             for c in range(n)
         ]
-        curve = analysis.distance_curve(
+        curve = position_curve.distance_curve(
             rows, bin_width=bin_width, clusters={}, model="sim", revision=None, job_ids=[], batch_size=n
         )
         truth = np.array([spec.accuracy(p, n) for p in range(1, n + 1)])
@@ -381,7 +385,7 @@ def paired_checks(
     n: int,
     iterations: int,
     matched: bool,
-    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
+    resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> Body:
     """Two jobs of one model (two checkpoints): the same trials (`matched`) or independent ones."""
 
@@ -420,7 +424,7 @@ def verdict_checks(
     iterations: int,
     drop: float,
     drop_positions: int,
-    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
+    resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> Body:
     """A schedule's checkpoint against its baseline, on the same trials: flagged how often."""
     rule = RegressionRule(max_drop=5, max_shift=10)
@@ -466,7 +470,7 @@ def explain_checks(
     def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
         layout = design_layout(n=n, iterations=iterations, lengths=block_lengths(rng), rng=rng, **design)  # type: ignore[arg-type]
         data = design_answers(spec, layout, World.draw(rng, prompts=iterations), rng=rng)
-        found = attribution.explain(data, model="sim", info=info, resamples=resamples, seed=rep)
+        found = explain_curve(data, model="sim", info=info, resamples=resamples, seed=rep)
         for effect in found.effects:
             if truth is None or effect.effect is None or effect.name not in truth:
                 continue

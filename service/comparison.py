@@ -20,18 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.schemas import Comparison, DiffPoint, Interval, PosbiasError
-from posbias.service.analysis import (
+from posbias.service.bootstrap import (
     BOOTSTRAP_RESAMPLES,
-    Floats,
-    Ints,
     Resampled,
-    TrialData,
     bootstrap,
     contrast,
-    least_squares_slopes,
     max_t_band,
     percentile,
 )
+from posbias.service.regression import least_squares_slopes
+from posbias.service.trial_data import Floats, Ints, TrialData
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""Curves as users ask for them: read a model's or a job's answers from the store and analyse them
-(`service/analysis.py` for one curve, `service/comparison.py` for two, `service/attribution.py` for what
-moves them).
+"""Curves as users ask for them: the store-facing layer, which reads a model's or a job's answers from the
+store and hands them to the pure analysis (`service/position_curve.py` computes one curve,
+`service/comparison.py` compares two, `service/explain.py` says what moves them).
 
 A job's variants are never pooled: each variant is a curve of its own, and two variants of one job answer
 the same trials, so comparing them is paired."""
@@ -21,8 +21,11 @@ from posbias.schemas import (
     TokenSource,
 )
 from posbias.schemas.explanation import Explanation
-from posbias.service import analysis, attribution, comparison, jobs, store
+from posbias.service import comparison, jobs, position_curve, queries
+from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES
 from posbias.service.database import Database
+from posbias.service.explain import explain_curve
+from posbias.service.window_step import BREAK_RESAMPLES
 
 
 def _resolve(db: Database, query: CurveQuery) -> tuple[str, str | None, list[int]]:
@@ -35,7 +38,7 @@ def _resolve(db: Database, query: CurveQuery) -> tuple[str, str | None, list[int
     else:
         assert query.model is not None
         model, revision = query.model, query.revision
-    job_ids = store.matching_jobs(
+    job_ids = queries.matching_jobs(
         db,
         model=query.model,
         revision=query.revision,
@@ -46,8 +49,8 @@ def _resolve(db: Database, query: CurveQuery) -> tuple[str, str | None, list[int
     if not job_ids:
         others = ""
         if query.variant is not None:
-            found = store.variants_of(
-                db, job_ids=store.matching_jobs(db, model=query.model, job_id=query.job_id)
+            found = queries.variants_of(
+                db, job_ids=queries.matching_jobs(db, model=query.model, job_id=query.job_id)
             )
             others = f" (it has {', '.join(found)})" if found else ""
         raise NotFoundError(
@@ -62,24 +65,24 @@ def curves(
     *,
     by: CurveAxis = CurveAxis.position,
     bin_width: int = 256,
-    resamples: int = analysis.BOOTSTRAP_RESAMPLES,
+    resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> list[Curve]:
     """One curve per variant and batch size with results that match `query`, variant by variant (the
     baseline first), each in batch-size order (and, by position or answer slot, one per filler length of a
     filler sweep: the rows of its length x position grid).
 
     By position (or answer slot): per-trial answers pooled over the matching jobs (each distinct trial
-    once), analysed with every interval and summary of `analysis.build_curve`. By token distance: answers
-    binned `bin_width` tokens wide, intervals clustered by trial (or sampled set). By filler length: every
-    position pooled per length. A job served by an endpoint whose tokenizer is unknown has no token
+    once), analysed with every interval and summary of `position_curve.build_curve`. By token distance:
+    answers binned `bin_width` tokens wide, intervals clustered by trial (or sampled set). By filler length:
+    every position pooled per length. A job served by an endpoint whose tokenizer is unknown has no token
     distances; its curves carry a `note` saying so.
     """
     model, revision, job_ids = _resolve(db, query)
     note = _offsets_note(db, job_ids)
-    variants = [query.variant] if query.variant else store.variants_of(db, job_ids=job_ids)
+    variants = [query.variant] if query.variant else queries.variants_of(db, job_ids=job_ids)
     found: list[Curve] = []
     for variant in variants:
-        sizes = store.batch_sizes(db, job_ids=job_ids, variant=variant)
+        sizes = queries.batch_sizes(db, job_ids=job_ids, variant=variant)
         sizes = [n for n in sizes if query.batch_size in (None, n)]
         where = (model, revision, job_ids, variant, sizes)
         built = (
@@ -107,10 +110,10 @@ def _distance_curves(
     bin_width: int,
     resamples: int,
 ) -> list[Curve]:
-    rows = store.token_distance_rows(db, job_ids=job_ids, batch_size=query.batch_size, variant=variant)
-    clusters = store.clusters_of(db, job_ids=job_ids)
+    rows = queries.token_distance_rows(db, job_ids=job_ids, batch_size=query.batch_size, variant=variant)
+    clusters = queries.clusters_of(db, job_ids=job_ids)
     found = [
-        analysis.distance_curve(
+        position_curve.distance_curve(
             rows,
             bin_width=bin_width,
             clusters=clusters,
@@ -138,16 +141,18 @@ def _position_curves(
 ) -> list[Curve]:
     found = []
     for n in sizes:
-        data = store.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant)
+        data = queries.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant)
         if by is CurveAxis.filler_length:
-            found.append(analysis.filler_curve(data, model=model, revision=revision, resamples=resamples))
+            found.append(
+                position_curve.filler_curve(data, model=model, revision=revision, resamples=resamples)
+            )
             continue
         levels = data.filler_levels()
         for level in levels:
             part = data.subset(data.filler == level) if data.filler is not None and len(levels) > 1 else data
             found.append(
-                analysis.build_curve(
-                    analysis.slot_view(part) if by is CurveAxis.answer_slot else part,
+                position_curve.build_curve(
+                    position_curve.slot_view(part) if by is CurveAxis.answer_slot else part,
                     model=model,
                     revision=revision,
                     resamples=resamples,
@@ -164,11 +169,11 @@ def explain(
     *,
     batch_size: int | None = None,
     variant: str = BASELINE,
-    resamples: int = attribution.BREAK_RESAMPLES,
+    resamples: int = BREAK_RESAMPLES,
 ) -> list[Explanation]:
     """What moves the curve of `variant` of `job_ids` (one model's jobs, pooled, each distinct trial once),
     per batch size: position, answer slot and token distance fitted together, and a step at the sliding
-    window the variant's model was built with, when it has one (`service/attribution.py`). `NotFoundError`
+    window the variant's model was built with, when it has one (`service/explain.py`). `NotFoundError`
     naming the fix when there is nothing to explain; `PosbiasError` when the jobs are of different models."""
     if not job_ids:
         raise PosbiasError("name a job to explain, e.g. `posbias explain 3`")
@@ -180,7 +185,7 @@ def explain(
         )
     model, revision = models.pop()
     ids = sorted(set(job_ids))
-    sizes = [n for n in store.batch_sizes(db, job_ids=ids, variant=variant) if batch_size in (None, n)]
+    sizes = [n for n in queries.batch_sizes(db, job_ids=ids, variant=variant) if batch_size in (None, n)]
     if not sizes:
         asked = f" at batch size {batch_size}" if batch_size is not None else ""
         of = f" for variant {variant}" if variant != BASELINE else ""
@@ -188,11 +193,11 @@ def explain(
             f"job {', '.join(map(str, ids))} has no results{of}{asked} yet: run it with "
             "`posbias worker --until-empty`"
         )
-    info = store.job_model(db, ids[0], variant=variant)
+    info = queries.job_model(db, ids[0], variant=variant)
     design = "; ".join(dict.fromkeys(r.spec.describe_design() for r in records))
     return [
-        attribution.explain(
-            store.trial_data(db, job_ids=ids, batch_size=n, variant=variant),
+        explain_curve(
+            queries.trial_data(db, job_ids=ids, batch_size=n, variant=variant),
             model=model,
             revision=revision,
             info=info,
@@ -222,7 +227,7 @@ def _offsets_note(db: Database, job_ids: list[int]) -> str | None:
 def batch_sizes(db: Database, query: CurveQuery) -> list[int]:
     """The batch sizes with results that match `query` (of its variant, or any)."""
     _, _, job_ids = _resolve(db, query)
-    return store.batch_sizes(db, job_ids=job_ids, variant=query.variant)
+    return queries.batch_sizes(db, job_ids=job_ids, variant=query.variant)
 
 
 def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> Comparison:
@@ -233,8 +238,8 @@ def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> C
     variant_a = variant_of(db, a, job_ids=jobs_a, batch_size=batch_size)
     variant_b = variant_of(db, b, job_ids=jobs_b, batch_size=batch_size)
     return comparison.compare(
-        store.trial_data(db, job_ids=jobs_a, batch_size=batch_size, variant=variant_a),
-        store.trial_data(db, job_ids=jobs_b, batch_size=batch_size, variant=variant_b),
+        queries.trial_data(db, job_ids=jobs_a, batch_size=batch_size, variant=variant_a),
+        queries.trial_data(db, job_ids=jobs_b, batch_size=batch_size, variant=variant_b),
         labels=(label(a, variant=variant_a), label(b, variant=variant_b)),
     )
 
@@ -244,7 +249,7 @@ def variant_of(db: Database, query: CurveQuery, *, job_ids: list[int], batch_siz
     several."""
     if query.variant is not None:
         return query.variant
-    found = store.variants_of(db, job_ids=job_ids, batch_size=batch_size)
+    found = queries.variants_of(db, job_ids=job_ids, batch_size=batch_size)
     if len(found) != 1:
         example = f"{query.job_id}:{found[0]}" if query.job_id is not None else f"--variant {found[0]}"
         raise ConflictError(f"{query.describe()} has variants {', '.join(found)}: name one, e.g. {example}")

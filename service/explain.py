@@ -7,20 +7,17 @@ and this module fits correctness on all three at once so that each is judged wit
 
 - **One fit.** Least squares of correctness (parsed answers) on relative position (0 first, 1 last),
   relative answer slot (the same) and token distance (per 1,000 tokens), with question difficulty as a
-  covariate (`analysis.difficulty`, as in `analysis.position_regression`; left out when rotation or a filler
-  sweep shows each set several times), errors clustered by trial or sampled set, t with clusters - 1 degrees
-  of freedom (statsmodels). An effect is *distinguishable from zero* when its 95% interval excludes zero.
+  covariate (`regression.difficulty`, as in `regression.position_regression`; left out when rotation or a
+  filler sweep shows each set several times), errors clustered by trial or sampled set, t with clusters - 1
+  degrees of freedom (statsmodels). An effect is *distinguishable from zero* when its 95% interval excludes
+  zero. The rows it fits are `service/causes.py`'s.
 - **What the design cannot separate.** A variable the design does not vary is *held fixed* (a probe's slot);
   one that is an exact linear function of another is *not estimable* (slot and position in forward or reverse
   order) and is left out of the fit; two whose correlation over the answers is 0.95 or more are *confounded*
   (position and distance without filler): each one's interval is then mostly the other's, so the verdict
   names them together, with a joint Wald test, and says which design would separate them.
-- **The window.** For a model with a sliding window W, a step at W on the distance axis against a smooth
-  decay: the smooth model has position, slot, distance and distance squared (and difficulty); the step model
-  adds 1[distance >= W]. Its coefficient, with its clustered interval and Wald p-value (the cluster-robust
-  equivalent of a likelihood-ratio test between the two), is the jump. When there is one, where the data put
-  it: the split of the answers by distance (at any observed distance, 5% trimmed each side) that fits the
-  step model best, and the 95% interval of that split from a cluster bootstrap.
+- **The window.** For a model with a sliding window, a step at the window on the distance axis against a
+  smooth decay, and where the data put it (`service/window_step.py`).
 
 `benchmarks/coverage.py` checks every interval here by simulation with fakes driven by each cause.
 """
@@ -29,26 +26,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from posbias.schemas import Interval, ModelInfo
 from posbias.schemas.explanation import Confound, Effect, Explanation, WindowStep
-from posbias.service.analysis import LEVEL, TrialData, difficulty
+from posbias.service.causes import ALPHA, NAMES, PER_TOKENS, Answers, answers
+from posbias.service.trial_data import TrialData
+from posbias.service.window_step import BREAK_RESAMPLES, window_step
 
 CONFOUNDED = 0.95
 """Correlation (absolute) at which two causes count as moved together by the design: they share 90% of
 their variance, and each one's interval is about three times as wide as in a design that separates them."""
 LOCKSTEP = 1e-6
 """A cause whose variance left after the causes before it is below this share moves in lockstep with them."""
-TRIM = 0.05
-"""Share of answers, by distance, kept off each end of the break search (and needed each side of W)."""
-BREAK_RESAMPLES = 1000
-ALPHA = 1 - LEVEL
-PER_TOKENS = 1000.0
-NAMES = ("position", "answer slot", "token distance")
 UNITS = {"position": "first to last", "answer slot": "first to last", "token distance": "per 1,000 tokens"}
 _FIXES = {
     frozenset(
@@ -60,55 +51,9 @@ _FIXES = {
     "after question k), which moves distances and not positions",
     frozenset({"answer slot", "token distance"}): "a random answer order with filler at several lengths",
 }
-_CHUNK = 100
-
-Floats = npt.NDArray[np.float64]
-Ints = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class Answers:
-    """The parsed answers of a `TrialData` as regression rows."""
-
-    y: Floats
-    causes: dict[str, Floats]
-    """Relative position, relative slot, distance per 1,000 tokens (NaN-free)."""
-    distance: Floats
-    """Token distance (tokens)."""
-    cluster: Ints
-    difficulty: Floats | None
-
-
-def answers(data: TrialData) -> Answers:
-    """The rows the fits use: every parsed answer with a recorded distance (all of them, for an engine that
-    reports token offsets)."""
-    rows, cols = np.nonzero(data.parsed > 0)
-    n = data.batch_size
-    distance = data.distance[rows, cols] if data.distance is not None else np.full(rows.size, np.nan)
-    keep = np.isfinite(distance) if np.isfinite(distance).any() else np.ones(rows.size, dtype=bool)
-    rows, cols, distance = rows[keep], cols[keep], distance[keep]
-    y = data.correct[rows, cols]
-    position = cols / (n - 1) if n > 1 else np.zeros(rows.size)
-    slot_of = data.slot[rows, cols] if data.slot is not None else cols + 1.0
-    lines = data.lines[rows] if data.lines is not None else np.full(rows.size, float(n))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        slot = np.where(lines > 1, (slot_of - 1) / np.maximum(lines - 1, 1), 0.0)
-    slot = np.where(np.isfinite(slot), slot, 0.0)
-    adjust = difficulty(data, rows, cols) if data.cluster_unit == "trial" else None
-    return Answers(
-        y=y,
-        causes={
-            "position": position.astype(np.float64),
-            "answer slot": slot.astype(np.float64),
-            "token distance": np.nan_to_num(distance) / PER_TOKENS,
-        },
-        distance=np.nan_to_num(distance),
-        cluster=data.cluster[rows],
-        difficulty=adjust if adjust is not None and np.ptp(adjust) > 0 else None,
-    )
-
-
-def explain(
+def explain_curve(
     data: TrialData,
     *,
     model: str,
@@ -183,7 +128,7 @@ def explain(
             )
         )
     confounds = _confounds(fit, kept, status, correlations)
-    window = _window_step(rows, kept=kept, info=info, resamples=resamples, seed=seed) if info else None
+    window = window_step(rows, kept=kept, info=info, resamples=resamples, seed=seed) if info else None
     return Explanation(
         **base,
         effects=tuple(effects),
@@ -272,132 +217,6 @@ def _confounds(
             )
         )
     return found
-
-
-# --- the window ---------------------------------------------------------------------------------------
-
-
-def _window_step(
-    rows: Answers, *, kept: list[str], info: ModelInfo, resamples: int, seed: int
-) -> WindowStep | None:
-    import statsmodels.api as sm
-
-    window = info.sliding_window
-    if window is None:
-        return None
-    beyond = rows.distance >= window
-    untested = WindowStep(
-        window=window,
-        sliding_layers=info.sliding_window_layers,
-        num_layers=info.num_layers,
-        answers_inside=int((~beyond).sum()),
-        answers_beyond=int(beyond.sum()),
-        tested=False,
-    )
-    if min(untested.answers_inside, untested.answers_beyond) < max(math.ceil(TRIM * rows.y.size), 5):
-        nearest, farthest = int(rows.distance.min()), int(rows.distance.max())
-        return untested.model_copy(
-            update={
-                "note": f"the answers' distances ({nearest:,} to {farthest:,} tokens) do not straddle the "
-                f"window of {window:,}: add filler (--filler-tokens) or larger batch sizes to move questions "
-                "past it"
-            }
-        )
-    smooth = _smooth(rows, kept)
-    step = beyond.astype(np.float64)
-    basis = np.column_stack([np.ones_like(step), smooth])
-    residual = step - basis @ np.linalg.lstsq(basis, step, rcond=None)[0]
-    if float(residual.var()) < 0.01 * float(step.var()):
-        return untested.model_copy(
-            update={
-                "note": "in this design the window's side is fixed by the other causes: a step there cannot "
-                "be told from them"
-            }
-        )
-    design = np.column_stack([np.ones_like(step), smooth, step])
-    fit = sm.OLS(rows.y, design).fit(cov_type="cluster", cov_kwds={"groups": rows.cluster}, use_t=True)
-    low, high = (float(v) for v in fit.conf_int(alpha=ALPHA)[-1])
-    p = float(fit.pvalues[-1])
-    update: dict[str, object] = {
-        "tested": True,
-        "jump": Interval(estimate=float(fit.params[-1]), low=low, high=high),
-        "p": p,
-        "found": p < ALPHA,
-    }
-    if p < ALPHA:
-        update.update(_break(rows, smooth, window=window, resamples=resamples, seed=seed))
-    return WindowStep.model_validate({**untested.model_dump(), **update})
-
-
-def _smooth(rows: Answers, kept: list[str]) -> Floats:
-    """The smooth model's causes: the estimable ones, distance squared, difficulty."""
-    columns = [rows.causes[name] for name in kept]
-    d = rows.causes["token distance"]
-    if np.ptp(d) > 0:
-        if "token distance" not in kept:
-            columns.append(d)
-        centred = d - d.mean()
-        columns.append(centred * centred)
-    if rows.difficulty is not None:
-        columns.append(rows.difficulty)
-    return np.column_stack(columns)
-
-
-def _break(rows: Answers, smooth: Floats, *, window: int, resamples: int, seed: int) -> dict[str, object]:
-    """The best split of the answers by distance for the step model, and its cluster-bootstrap interval."""
-    order = np.argsort(rows.distance, kind="stable")
-    d = rows.distance[order]
-    y = rows.y[order]
-    x = np.column_stack([np.ones_like(y), smooth[order]])
-    cluster = rows.cluster[order]
-    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])  # first answer at each distinct distance
-    lo, hi = np.quantile(d, [TRIM, 1 - TRIM])
-    candidates = starts[(d[starts] > lo) & (d[starts] <= hi) & (starts > 0)]
-    if candidates.size == 0:
-        return {}
-    previous = d[starts[np.searchsorted(starts, candidates) - 1]]
-    clusters = int(cluster.max()) + 1
-    rng = np.random.default_rng(seed)
-    picks: list[Ints] = []
-    done = 0
-    while done < resamples + 1:
-        chunk = min(_CHUNK, resamples + 1 - done)
-        weights = rng.multinomial(clusters, np.full(clusters, 1.0 / clusters), size=chunk).astype(np.float64)
-        if done == 0:
-            weights[0] = 1.0
-        picks.append(_best_splits(y, x, weights[:, cluster], candidates))
-        done += chunk
-    best = np.concatenate(picks)
-    estimate = int(best[0])
-    lows, highs = previous[best[1:]], d[candidates[best[1:]]]
-    interval = (float(np.quantile(lows, ALPHA / 2)), float(np.quantile(highs, 1 - ALPHA / 2)))
-    return {
-        "break_low": int(previous[estimate]),
-        "break_high": int(d[candidates[estimate]]),
-        "break_interval": interval,
-        "window_in_interval": interval[0] < window <= interval[1],
-    }
-
-
-def _best_splits(y: Floats, x: Floats, w: Floats, candidates: Ints) -> Ints:
-    """Per row of weights `w` (resamples x answers, answers sorted by distance), the index into
-    `candidates` of the split (step = 1 from that answer on) that most reduces the weighted squared error of
-    the smooth model `x`: by partialling out `x`, the reduction is (s'Wr)^2 / (s'Ws - v'G^-1 v) with r the
-    smooth model's residual, v = x'Ws and G = x'Wx; suffix sums give every split at once."""
-    gram = np.einsum("rn,ni,nj->rij", w, x, x)
-    gram += np.eye(x.shape[1]) * 1e-9
-    beta = np.linalg.solve(gram, np.einsum("rn,ni,n->ri", w, x, y)[..., None])[..., 0]
-    residual = y[None, :] - beta @ x.T
-    weighted_r = np.cumsum((w * residual)[:, ::-1], axis=1)[:, ::-1][:, candidates]
-    weight = np.cumsum(w[:, ::-1], axis=1)[:, ::-1][:, candidates]
-    v = np.cumsum((w[:, :, None] * x[None])[:, ::-1], axis=1)[:, ::-1][:, candidates]
-    inverse = np.linalg.inv(gram)
-    explained = np.einsum("rmi,rij,rmj->rm", v, inverse, v)
-    denominator = weight - explained
-    with np.errstate(invalid="ignore", divide="ignore"):
-        gain = np.where(denominator > 1e-9, weighted_r**2 / denominator, -np.inf)
-    picked: Ints = np.argmax(gain, axis=1).astype(np.int64)
-    return picked
 
 
 # --- the verdict --------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from posbias.schemas import ConflictError, ExportSummary, PosbiasError
-from posbias.service import store
+from posbias.service import queries
 from posbias.service.database import Database
 
 FORMATS = ("csv", "parquet")
@@ -91,7 +91,7 @@ def export_results(
     when there is no such job; nothing is created then."""
     fmt = export_format(path, format)
     where = target(path, overwrite=overwrite)
-    rows = store.export_results(db, job_id)
+    rows = queries.export_results(db, job_id)
     try:
         with _opened(where) as handle:
             written = _write_csv(rows, handle) if fmt == "csv" else _write_parquet(rows, handle)
@@ -127,12 +127,12 @@ def _umask() -> int:
     return mask
 
 
-def _write_csv(rows: Iterator[store.ExportRow], handle: IO[bytes]) -> int:
+def _write_csv(rows: Iterator[queries.ExportRow], handle: IO[bytes]) -> int:
     count = 0
     text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
     try:
         writer = csv.writer(text)
-        writer.writerow(store.EXPORT_COLUMNS)
+        writer.writerow(queries.EXPORT_COLUMNS)
         for row in rows:
             writer.writerow([json.dumps(v) if isinstance(v, list) else ("" if v is None else v) for v in row])
             count += 1
@@ -142,12 +142,12 @@ def _write_csv(rows: Iterator[store.ExportRow], handle: IO[bytes]) -> int:
     return count
 
 
-def _write_parquet(rows: Iterator[store.ExportRow], handle: IO[bytes]) -> int:
+def _write_parquet(rows: Iterator[queries.ExportRow], handle: IO[bytes]) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pylist([row._asdict() for row in rows])
     if table.num_rows == 0:
-        table = pa.Table.from_pylist([], schema=pa.schema([(c, pa.null()) for c in store.EXPORT_COLUMNS]))
+        table = pa.Table.from_pylist([], schema=pa.schema([(c, pa.null()) for c in queries.EXPORT_COLUMNS]))
     pq.write_table(table, handle)
     return int(table.num_rows)

@@ -1,9 +1,13 @@
-"""Fixtures for unit tests: MMLU as a pool (the copy itself: tests/conftest.py) and synthetic pools."""
+"""Fixtures for unit tests: MMLU as a pool (the copy itself: tests/conftest.py), synthetic pools, and the
+coverage program (benchmarks/coverage.py) as a module."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -46,3 +50,16 @@ def synthetic_pool(
         )
     questions.sort(key=lambda q: q.id)
     return QuestionPool(questions=tuple(questions), subjects=tuple(sorted(set(subjects))), source="synthetic")
+
+
+@pytest.fixture(scope="module")
+def coverage() -> ModuleType:
+    """benchmarks/coverage.py imported as module `coverage_program`: its simulations, replications and
+    settings, which unit tests run at a small size."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "coverage.py"
+    spec = importlib.util.spec_from_file_location("coverage_program", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["coverage_program"] = module
+    spec.loader.exec_module(module)
+    return module

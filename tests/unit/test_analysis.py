@@ -9,21 +9,13 @@ import pytest
 from posbias.schemas import Curve, FakeSpec, Interval, PosbiasError
 from posbias.schemas.schedule import RegressionRule
 from posbias.service import comparison, verdicts
-from posbias.service.analysis import (
-    DistanceRow,
-    ResultRow,
-    TrialData,
-    TrialRow,
-    build_curve,
-    clustered_interval,
-    distance_curve,
-    points,
-    position_regression,
-    shape_test,
-    single,
-    wilson_interval,
-)
-from posbias.workers.testing import latent_correct
+from posbias.service.bootstrap import single
+from posbias.service.intervals import clustered_interval, points, wilson_interval
+from posbias.service.position_curve import build_curve, distance_curve
+from posbias.service.regression import position_regression
+from posbias.service.shape_test import shape_test
+from posbias.service.trial_data import DistanceRow, ResultRow, TrialData, TrialRow
+from posbias.workers.fake_engine import latent_correct
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,9 @@ replications only catch an interval that is badly off (the tolerance is the 0.1%
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-import pytest
 from scipy.stats import binom
 
 from posbias.schemas import FakeSpec
@@ -21,17 +17,6 @@ from posbias.schemas import FakeSpec
 REPS = 30
 FAST = {"resamples": 400}
 """Fewer resamples than the CLI's 2,000: enough for a 95% interval's ends, and five times faster."""
-
-
-@pytest.fixture(scope="module")
-def coverage() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "coverage.py"
-    spec = importlib.util.spec_from_file_location("coverage_program", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["coverage_program"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(coverage: ModuleType, body: object, *, name: str) -> dict[str, object]:

@@ -4,31 +4,16 @@ interval, a position-driven fake gets no step, and what a design cannot separate
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-import pytest
 
 from posbias.schemas import FakeSpec, ModelInfo
 from posbias.schemas.explanation import Explanation
-from posbias.service import attribution
+from posbias.service.explain import explain_curve
 
 EFFECTS = {"question_effect": 0.3, "prompt_effect": 0.15}
 WINDOWED = ModelInfo(name="sim", num_layers=4, sliding_window=600, sliding_window_layers=(0, 2))
-
-
-@pytest.fixture(scope="module")
-def coverage() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "coverage.py"
-    spec = importlib.util.spec_from_file_location("coverage_program", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["coverage_program"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _explain(
@@ -39,7 +24,7 @@ def _explain(
         n=10, iterations=200, lengths=coverage.block_lengths(rng), rng=rng, **design
     )
     data = coverage.design_answers(fake, layout, coverage.World.draw(rng, prompts=200), rng=rng)
-    return attribution.explain(data, model="sim", info=info, resamples=300)
+    return explain_curve(data, model="sim", info=info, resamples=300)
 
 
 def _moving(explanation: Explanation) -> set[str]:
@@ -102,7 +87,7 @@ def test_without_filler_position_and_distance_move_together_in_short_prompts(cov
     layout = coverage.design_layout(n=10, iterations=100, lengths=lengths, rng=rng, order="random")
     fake = FakeSpec(first=0.3, last=0.6, **EFFECTS)
     data = coverage.design_answers(fake, layout, coverage.World.draw(rng, prompts=100), rng=rng)
-    found = attribution.explain(data, model="sim", resamples=100)
+    found = explain_curve(data, model="sim", resamples=100)
     (confound,) = found.confounds
     assert set(confound.effects) == {"position", "token distance"}
     assert confound.correlation is not None and confound.correlation < -0.95
