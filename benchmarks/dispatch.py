@@ -49,13 +49,13 @@ from typing import Any
 import ray
 
 from posbias.schemas import JobSpec, ShardResult
-from posbias.service import database, jobs, queue, submission
+from posbias.service import database, jobs, migrate, queue, submission
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
 from posbias.service.settings import Settings
 from posbias.service.shards import shard_spec
+from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
-from posbias.workers.testing import FakeEngine
 
 # tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -303,7 +303,7 @@ def main() -> None:
                     url = server.create_database(f"dispatch_{actors}")
                 else:
                     url = f"sqlite:///{tmp / label}.db"
-                database.upgrade(url)
+                migrate.upgrade(url)
                 profile = cProfile.Profile() if args.profile and actors == args.actors[0] else None
                 if profile is not None:
                     profiles[name] = profile

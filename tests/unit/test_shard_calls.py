@@ -9,8 +9,8 @@ from posbias.schemas import JobSpec, QuestionPool, ShardResult, ShardSpec, Worke
 from posbias.service.planner import plan
 from posbias.service.shards import shard_spec
 from posbias.workers.actor import ShardActor, ShardFailure
+from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard, run_shards
-from posbias.workers.testing import FakeEngine
 
 PoolFactory = Callable[..., QuestionPool]
 

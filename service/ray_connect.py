@@ -1,0 +1,149 @@
+"""Connecting this process to a Ray cluster (`init_ray`), as the API does before it dispatches shards.
+
+A connection that cannot work fails within `POSBIAS_RAY_CONNECT_SECONDS` with a line that says what to do;
+only a Ray Client session that the cluster is not ready to set up yet is tried again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlparse
+
+import ray
+
+from posbias.schemas import PosbiasError, one_line
+from posbias.service import reaper
+from posbias.service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RAY_CLIENT_ATTEMPTS = 3
+"""Tries at a Ray Client connection that the cluster answers but cannot set up (see `init_ray`)."""
+RAY_PROBE_SECONDS = 5.0
+"""How long the TCP connection to a Ray address may take before it counts as unreachable."""
+RAY_HINT = "start it with `ray start --head`, or use --ray-address local"
+
+
+def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
+    """Connect to the Ray cluster named by `settings.ray_address` (`local` starts one in this process),
+    within `settings.ray_connect_seconds`.
+
+    An address is first reached over TCP, so one that nothing listens on is an error at once, not a wait:
+    Ray itself retries a GCS address for as long as it is given. The Ray processes a local start creates
+    are handed to a reaper (`service/reaper.py`), so they do not outlive this process however it ends.
+    """
+    if ray.is_initialized():
+        return
+    address = settings.ray_address
+    if address not in {"local", "auto"}:
+        _probe(address, seconds=min(RAY_PROBE_SECONDS, settings.ray_connect_seconds))
+    deadline = time.monotonic() + settings.ray_connect_seconds
+    for attempt in range(1, RAY_CLIENT_ATTEMPTS + 1):
+        try:
+            if address == "local":
+                before = set(reaper.children())
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    log_to_driver=settings.debug,
+                    configure_logging=False,
+                )
+                reaper.watch([pid for pid in reaper.children() if pid not in before])
+            elif address == "auto" or address.startswith("ray://"):
+                # Ray Client has its own connection timeout; `auto` finds a node on this machine or fails.
+                ray.init(address=address, log_to_driver=settings.debug, configure_logging=False)
+            else:
+                _within(
+                    lambda: ray.init(address=address, log_to_driver=settings.debug, configure_logging=False),
+                    seconds=deadline - time.monotonic(),
+                    address=address,
+                )
+            return
+        except ConnectionAbortedError as exc:
+            # Ray Client's server answered but could not start this client's session: on a head that has
+            # just started, its runtime-env agent may not be up yet (seen under load, and what compose
+            # does when it starts the head and a worker together). Worth another try; a wrong address or
+            # token (a plain ConnectionError) is not.
+            reason = one_line(exc)
+            if attempt == RAY_CLIENT_ATTEMPTS:
+                raise PosbiasError(
+                    f"the Ray cluster at {settings.ray_address!r} refused {attempt} sessions ({reason}); "
+                    "see ray_client_server*.err in the head's Ray logs"
+                ) from None
+            log.warning(
+                "Ray Client session refused (%s); trying again (%d of %d)",
+                reason,
+                attempt + 1,
+                RAY_CLIENT_ATTEMPTS,
+            )
+        except ConnectionError as exc:
+            raise PosbiasError(
+                f"cannot reach the Ray cluster at {settings.ray_address!r} ({one_line(exc, typed=True)}); "
+                f"{RAY_HINT}"
+            ) from None
+        except (ValueError, RuntimeError) as exc:  # a malformed address, or a cluster Ray cannot join
+            raise PosbiasError(
+                f"cannot connect to the Ray cluster at {settings.ray_address!r} "
+                f"({one_line(exc, typed=True)}); {RAY_HINT}"
+            ) from None
+
+
+def _probe(address: str, *, seconds: float) -> None:
+    """Raise `PosbiasError` unless a TCP connection to the Ray `address` (`host:port` or `ray://host:port`)
+    opens within `seconds`."""
+    url = urlparse(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = url.hostname, url.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise PosbiasError(
+            f"{address[:200]!r} is not a Ray address: give local, auto, host:port or ray://host:port"
+        )
+    try:
+        with socket.create_connection((host, port), timeout=seconds):
+            return
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc, typed=True)
+        raise PosbiasError(f"cannot reach the Ray cluster at {address!r} ({reason}); {RAY_HINT}") from None
+
+
+class _RayWorkerWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
+def _within(connect: Callable[[], object], *, seconds: float, address: str) -> None:
+    """Run `connect` (a `ray.init`), giving up after `seconds`: Ray keeps trying a GCS address that
+    answers TCP but not as Ray for as long as it is let. The abandoned attempt stays in a daemon thread."""
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            connect()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the calling thread
+            outcome.append(exc)
+
+    quiet = _RayWorkerWarnings()
+    logger = logging.getLogger("ray._private.worker")
+    logger.addFilter(quiet)
+    try:
+        thread = threading.Thread(target=attempt, name="ray-connect", daemon=True)
+        thread.start()
+        thread.join(max(seconds, 0.0))
+    finally:
+        logger.removeFilter(quiet)
+    if not outcome:
+        raise PosbiasError(
+            f"the Ray cluster at {address!r} did not answer within {max(seconds, 0):.0f} s (is it a Ray GCS "
+            f"address?); {RAY_HINT}, or raise POSBIAS_RAY_CONNECT_SECONDS"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
