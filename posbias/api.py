@@ -1,5 +1,10 @@
 """The public Python API: what the `posbias` command does, as functions a notebook or a script can call.
 
+This module holds jobs and their results (submit, run, dispatch, curves, compare, explain, export, plots) and
+the settings; `posbias/schedules.py` holds regression schedules and `posbias/store.py` the store's schema
+version. `posbias/__init__.py` exports all of them, so `posbias.run(...)` and `posbias.tick_schedules()` are
+called alike.
+
 Each function takes its main argument positionally and everything else by keyword. `settings` defaults to
 `Settings()` (environment variables `POSBIAS_*`, or `.env`), so the store is `POSBIAS_DATABASE_URL`, as for
 the command. Every function returns pydantic records (`posbias.schemas`); curves and comparisons have a
@@ -14,7 +19,7 @@ the command. Every function returns pydantic records (`posbias.schemas`); curves
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,13 +48,15 @@ from posbias.schemas import (
     ShardRecord,
     ShardResult,
     Submitted,
+    Variant,
 )
 from posbias.schemas.explanation import Explanation
 from posbias.service import curves as curve_reports
-from posbias.service import database, store
+from posbias.service import database, database_url, queries
 from posbias.service import jobs as job_store
+from posbias.service import settings as environment
 from posbias.service.database import Database
-from posbias.service.settings import Settings, load_settings
+from posbias.service.settings import Settings
 
 SpecLike = JobSpec | Mapping[str, Any] | str | Path
 """A job spec: a `JobSpec`, a mapping of its fields, or the path of a YAML or JSON spec file."""
@@ -59,7 +66,8 @@ it), or a `CurveQuery`."""
 
 
 def _settings(settings: Settings | None) -> Settings:
-    return settings if settings is not None else load_settings()
+    # With `_store`, shared by the API's other modules (`posbias/schedules.py`, `posbias/store.py`).
+    return settings if settings is not None else environment.load_settings()
 
 
 def _spec(spec: SpecLike) -> JobSpec:
@@ -79,6 +87,18 @@ def _store(settings: Settings, *, read_only: bool = False) -> Iterator[Database]
         db.close()
 
 
+# --- settings ----------------------------------------------------------------------------------------
+
+
+def load_settings() -> Settings:
+    """The settings of this process (`POSBIAS_*` variables, then `.env`), read once as the command reads
+    them: `PosbiasError` naming the fix for an invalid value or a malformed `POSBIAS_DATABASE_URL`, before
+    anything is opened."""
+    settings = environment.load_settings()
+    database_url.normalise_url(settings.database_url)
+    return settings
+
+
 # --- questions and plans ------------------------------------------------------------------------------
 
 
@@ -90,6 +110,25 @@ def load_questions(
 
     spec = dataset if isinstance(dataset, DatasetSpec) else DatasetSpec.model_validate(dict(dataset or {}))
     return datasets.load_questions(spec, mmlu_dir=_settings(settings).mmlu_dir)
+
+
+def dataset_source(name: str) -> dict[str, str]:
+    """A dataset named by one string, as a spec's `dataset` block gives it: `{"path": name}` when `name` is
+    meant as a local file or folder (it exists, or starts or ends like a path, or is no hub id), even when it
+    is missing, so that a typo is reported as a missing file rather than an unreachable hub; else
+    `{"name": name}` (a hub id)."""
+    from posbias.service import datasets
+
+    return {"path" if datasets.looks_local(name) else "name": name}
+
+
+def unchecked_overrides(spec: JobSpec, variant: Variant) -> list[str]:
+    """The config changes `variant` makes (with the spec's own `hf_overrides`) that are passed to the engine
+    but not read back from the built model: only sliding windows and RoPE bases are checked after loading."""
+    from posbias.schemas.variant import merge_overrides
+    from posbias.workers.variants import unverified_keys
+
+    return unverified_keys(merge_overrides(spec.engine.hf_overrides, variant.hf_overrides))
 
 
 def plan(spec: SpecLike, *, settings: Settings | None = None) -> Plan:
@@ -137,17 +176,23 @@ def dispatch(
     settings: Settings | None = None,
     until_empty: bool = False,
     max_jobs: int | None = None,
+    on_ready: Callable[[str], None] | None = None,
     on_written: Callable[[ShardResult], None] | None = None,
 ) -> DispatchSummary:
     """Run the queue here, as `posbias worker` does: lease shards (of `job_ids` only, when given), run them
     on Ray actors (`settings.ray_address`), write the results. Returns when stopped (SIGTERM, Ctrl-C), when
     `job_ids` are all finished, when nothing is left (`until_empty`), or after `max_jobs` jobs finished.
-    `on_written` is called with each shard's result once it is stored."""
-    from posbias.service.dispatcher import Dispatcher, init_ray
+    The store and Ray are reached first: `on_ready` is called then, before any shard is leased, with the
+    store as it may be shown (its URL without the password). `on_written` is called with each shard's
+    result once it is stored."""
+    from posbias.service.dispatcher import Dispatcher
+    from posbias.service.ray_connect import init_ray
 
     settings = _settings(settings)
     with _store(settings) as db:
         init_ray(settings)
+        if on_ready is not None:
+            on_ready(database_url.describe(database_url.normalise_url(settings.database_url)))
         dispatcher = Dispatcher(db, settings=settings, job_ids=job_ids)
         try:
             return dispatcher.run(until_empty=until_empty, max_jobs=max_jobs, on_written=on_written)
@@ -168,7 +213,7 @@ def run(
     `on_submitted` is called once the job is in the queue, `on_written` with each shard's stored result
     (for progress). The outcome says how the job ended; a failed job is not an exception here."""
     from posbias.service import submission
-    from posbias.service.dispatcher import init_ray
+    from posbias.service.ray_connect import init_ray
 
     settings = _settings(settings)
     with _store(settings) as db:
@@ -308,6 +353,39 @@ def explain(
         return curve_reports.explain(db, ids, batch_size=batch_size, variant=variant)
 
 
+def plot_curves(
+    curves: Sequence[Curve],
+    *,
+    path: str | Path,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Write `curves` as a PNG at `path`: one line per curve (accuracy by position, or by the curves' axis)
+    with its pointwise 95% interval shaded, chance level dashed; several variants are overlaid, one colour
+    per batch size and one line style per variant. `labels` name the lines (default: the batch size, and
+    the variant when there are several). Returns the path."""
+    from posbias.service import plot
+
+    return plot.plot_curves(curves, path=path, labels=labels, title=title)
+
+
+def plot_heatmap(curves: Sequence[Curve], *, path: str | Path, title: str | None = None) -> Path:
+    """Write a PNG heatmap at `path`: accuracy by filler length (rows) and position (columns), one panel per
+    batch size, from the curves by position of a filler sweep (`curves(job)`, one per filler length).
+    Returns the path."""
+    from posbias.service import plot
+
+    return plot.plot_heatmap(curves, path=path, title=title)
+
+
+def export_format(out: str | Path, format: str | None = None) -> str:
+    """The format `export_results` would write `out` in: `format`, or the one `out`'s suffix names.
+    `PosbiasError` when neither is csv or parquet (a check that needs no store)."""
+    from posbias.service import export
+
+    return export.export_format(Path(out), format)
+
+
 def export_results(
     job_id: int,
     *,
@@ -317,7 +395,8 @@ def export_results(
     overwrite: bool = False,
 ) -> ExportSummary:
     """Write every result row of a job to `out` as CSV or Parquet (`format`, or from the suffix). An
-    existing file is replaced only with `overwrite`; a device or a pipe (`/dev/stdout`) is written to."""
+    existing file is replaced only with `overwrite` (else `OutputExists`); a device or a pipe
+    (`/dev/stdout`) is written to."""
     from posbias.service import export
 
     with _store(_settings(settings), read_only=True) as db:
@@ -327,4 +406,4 @@ def export_results(
 def models(*, settings: Settings | None = None) -> list[ModelInfo]:
     """Every model with results: layers, sliding window and which layers use it, RoPE base, context."""
     with _store(_settings(settings), read_only=True) as db:
-        return store.list_models(db)
+        return queries.list_models(db)

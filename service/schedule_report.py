@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from posbias.schemas import (
     Curve,
@@ -14,7 +15,7 @@ from posbias.schemas import (
 from posbias.schemas.schedule import (
     PositionDrop,
 )
-from posbias.service import curves, store
+from posbias.service import curves, queries
 from posbias.service.database import Database
 from posbias.service.schedules import (
     CheckpointRecord,
@@ -48,6 +49,23 @@ class ScheduleReport:
     batch_size: int
     rows: list[ReportRow]
 
+    def plot(self, path: str | Path) -> Path:
+        """Write the finished checkpoints' curves overlaid as a PNG at `path`, one line per checkpoint;
+        `PosbiasError` when no checkpoint has a finished job yet. Returns the path."""
+        from posbias.service.plot import plot_curves
+
+        drawn = [(row.checkpoint.name, row.curve) for row in self.rows if row.curve is not None]
+        if not drawn:
+            raise PosbiasError(
+                f"nothing to plot: no checkpoint of {self.schedule.name} has a finished job yet"
+            )
+        return plot_curves(
+            [curve for _, curve in drawn],
+            path=path,
+            labels=[name for name, _ in drawn],
+            title=f"schedule {self.schedule.name}: accuracy by position, batch size {self.batch_size}",
+        )
+
 
 def schedule_report(db: Database, name: str, *, batch_size: int | None = None) -> ScheduleReport:
     """Every checkpoint in order with its verdict and summary metrics at `batch_size` (default: the
@@ -63,7 +81,7 @@ def schedule_report(db: Database, name: str, *, batch_size: int | None = None) -
     rows = []
     for checkpoint in list_checkpoints(db, name):
         curve = None
-        if checkpoint.job_status is JobStatus.done and store.matching_jobs(
+        if checkpoint.job_status is JobStatus.done and queries.matching_jobs(
             db, job_id=checkpoint.job_id, batch_size=batch_size
         ):
             query = CurveQuery(job_id=checkpoint.job_id, batch_size=batch_size)

@@ -10,9 +10,10 @@ row is unique per (schedule, name), its job is submitted under the idempotency k
 `schedule/<name>/<checkpoint>/<spec hash>`, a verdict is written only over `pending`, and a verdict is
 posted by the one tick that claims it.
 
-This module holds the tick; it calls on `service.schedules` for the schedules and their checkpoints,
-`service.checkpoints` to find new checkpoints, `service.verdicts` to compare two jobs, and `service.webhook`
-to post verdicts. `service.schedule_report` reads the results back.
+This module holds the tick and writes what it finds; it calls on `service.schedules` for the schedules and
+their checkpoints, `service.checkpoints` to find new checkpoints, `service.verdicts` for every verdict (it
+decides, the tick records), and `service.webhook` to post verdicts. `service.schedule_report` reads the
+results back.
 """
 
 from __future__ import annotations
@@ -24,19 +25,8 @@ from typing import Any
 
 from sqlalchemy import update
 
-from posbias.schemas import (
-    FINISHED_JOB_STATUSES,
-    JobStatus,
-    NotFoundError,
-    PosbiasError,
-)
-from posbias.schemas.schedule import (
-    FINAL_VERDICTS,
-    Announcement,
-    BaselineKind,
-    Verdict,
-    VerdictDetail,
-)
+from posbias.schemas import PosbiasError
+from posbias.schemas.schedule import FINAL_VERDICTS, Announcement, Verdict, VerdictDetail
 from posbias.service import jobs, submission
 from posbias.service.checkpoints import (
     Discovery,
@@ -62,7 +52,13 @@ from posbias.service.schedules import (
 )
 from posbias.service.settings import Settings
 from posbias.service.tables import Checkpoint, Schedule
-from posbias.service.verdicts import compare_jobs
+from posbias.service.verdicts import (
+    Regressed,
+    judge_checkpoint,
+    not_submitted,
+    reopened,
+    standing_regressions,
+)
 from posbias.service.webhook import announce
 
 log = logging.getLogger(__name__)
@@ -101,15 +97,6 @@ class ScheduleTick:
     submitted: list[Submitted]
     settled: list[Settled]
     problem: str | None
-
-
-@dataclass(frozen=True)
-class Regressed:
-    """A schedule whose newest compared checkpoint is a regression."""
-
-    schedule: str
-    checkpoint: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -237,12 +224,7 @@ def _submit_waiting(db: Database, schedule: ScheduleRecord, *, settings: Setting
                 endpoint=prepared.endpoint,
             )
         except PosbiasError as exc:
-            detail = VerdictDetail(
-                schedule=schedule.name,
-                checkpoint=checkpoint.name,
-                verdict=Verdict.error,
-                reason=f"could not submit its job: {exc}",
-            )
+            detail = not_submitted(schedule, checkpoint, problem=exc)
             _settle(db, checkpoint.id, detail, settings=settings, from_verdict=Verdict.pending, job_none=True)
             continue
         with db.write() as session:
@@ -286,19 +268,7 @@ def _settle(
     return bool(written)
 
 
-# --- judging checkpoints --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _BaselineChoice:
-    """Whom a checkpoint is compared with."""
-
-    itself: bool = False
-    """The checkpoint is the baseline."""
-    job_id: int | None = None
-    status: JobStatus | None = None
-    error: str | None = None
-    checkpoint: str | None = None
+# --- recording verdicts --------------------------------------------------------------------------------
 
 
 def _evaluate(db: Database, schedule: ScheduleRecord, *, settings: Settings) -> list[Settled]:
@@ -306,13 +276,13 @@ def _evaluate(db: Database, schedule: ScheduleRecord, *, settings: Settings) -> 
     failed is known to be no baseline before a later one looks for its baseline)."""
     with db.read() as session:
         states = checkpoint_records(session, schedule.id)
-    reopened = _reopen_retried(db, states)
-    states = [replace(s, verdict=Verdict.pending, detail=None) if s.id in reopened else s for s in states]
+    again = _reopen_retried(db, states)
+    states = [replace(s, verdict=Verdict.pending, detail=None) if s.id in again else s for s in states]
     settled = []
     for index, checkpoint in enumerate(states):
         if checkpoint.verdict is not Verdict.pending or checkpoint.job_id is None:
             continue
-        detail = _judge(db, schedule, checkpoint, states=states)
+        detail = judge_checkpoint(db, schedule, checkpoint, states=states)
         if detail.verdict is Verdict.pending:
             if checkpoint.detail is None or checkpoint.detail.reason != detail.reason:
                 _settle(db, checkpoint.id, detail, settings=settings, from_verdict=Verdict.pending)
@@ -325,15 +295,8 @@ def _evaluate(db: Database, schedule: ScheduleRecord, *, settings: Settings) -> 
 
 
 def _reopen_retried(db: Database, states: Sequence[CheckpointRecord]) -> set[int]:
-    """A checkpoint whose failed job was put back in the queue (`posbias retry`) is pending again.
-    Returns the ids of those reopened."""
-    reopen = [
-        s.id
-        for s in states
-        if s.verdict is Verdict.error
-        and s.job_status is not None
-        and s.job_status not in FINISHED_JOB_STATUSES
-    ]
+    """Write back `verdicts.reopened`: those checkpoints are pending again. Returns their ids."""
+    reopen = reopened(states)
     if reopen:
         with db.write() as session:
             session.execute(
@@ -342,110 +305,3 @@ def _reopen_retried(db: Database, states: Sequence[CheckpointRecord]) -> set[int
                 .values(verdict=Verdict.pending, detail=None, evaluated_at=None, announcement=None)
             )
     return set(reopen)
-
-
-def _judge(
-    db: Database,
-    schedule: ScheduleRecord,
-    checkpoint: CheckpointRecord,
-    *,
-    states: Sequence[CheckpointRecord],
-) -> VerdictDetail:
-    def detail(verdict: Verdict, reason: str, **fields: Any) -> VerdictDetail:
-        return VerdictDetail(
-            schedule=schedule.name,
-            checkpoint=checkpoint.name,
-            verdict=verdict,
-            reason=reason,
-            job_id=checkpoint.job_id,
-            **fields,
-        )
-
-    status = checkpoint.job_status
-    if status is None:
-        return detail(Verdict.error, "its job was deleted")
-    if status is JobStatus.failed:
-        return detail(Verdict.error, checkpoint.job_error or f"job {checkpoint.job_id} failed")
-    if status is JobStatus.cancelled:
-        return detail(Verdict.error, f"job {checkpoint.job_id} was cancelled")
-    if status is not JobStatus.done:
-        return detail(Verdict.pending, f"job {checkpoint.job_id} is {status.value}")
-    base = _baseline_for(db, schedule, checkpoint, states=states)
-    if base.itself:
-        which = (
-            "first checkpoint" if schedule.baseline is BaselineKind.first else "first checkpoint, no previous"
-        )
-        return detail(Verdict.baseline, f"the schedule's baseline ({which})")
-    where = f"baseline checkpoint {base.checkpoint}" if base.checkpoint else "baseline"
-    if base.job_id is None:
-        return detail(
-            Verdict.pending, f"waiting for {where} to get a job", baseline_checkpoint=base.checkpoint
-        )
-    fields: dict[str, Any] = {"baseline_job_id": base.job_id, "baseline_checkpoint": base.checkpoint}
-    if base.status is None:
-        return detail(Verdict.inconclusive, f"{where} job {base.job_id} was deleted", **fields)
-    if base.status in (JobStatus.failed, JobStatus.cancelled):
-        return detail(
-            Verdict.inconclusive, f"{where} job {base.job_id} {base.status.value}: {base.error}", **fields
-        )
-    if base.status is not JobStatus.done:
-        return detail(
-            Verdict.pending, f"waiting for {where} job {base.job_id} ({base.status.value})", **fields
-        )
-    assert checkpoint.job_id is not None
-    outcome = compare_jobs(db, baseline_job=base.job_id, candidate_job=checkpoint.job_id, rule=schedule.rule)
-    return detail(
-        outcome.verdict,
-        outcome.reason,
-        rule=schedule.rule,
-        comparisons=outcome.comparisons,
-        batch_sizes=tuple(outcome.batch_sizes),
-        **fields,
-    )
-
-
-def _baseline_for(
-    db: Database,
-    schedule: ScheduleRecord,
-    checkpoint: CheckpointRecord,
-    *,
-    states: Sequence[CheckpointRecord],
-) -> _BaselineChoice:
-    if schedule.baseline is BaselineKind.job:
-        assert schedule.baseline_job_id is not None
-        try:
-            job = jobs.get(db, schedule.baseline_job_id)
-        except NotFoundError:
-            return _BaselineChoice(job_id=schedule.baseline_job_id)
-        return _BaselineChoice(job_id=job.id, status=job.status, error=job.error)
-    # Checkpoints that ended in error have no curve: they are never a baseline.
-    usable = [
-        s
-        for s in states
-        if s.verdict is not Verdict.error and s.job_status not in (JobStatus.failed, JobStatus.cancelled)
-    ]
-    position = next(i for i, s in enumerate(usable) if s.id == checkpoint.id)
-    if schedule.baseline is BaselineKind.first:
-        chosen = usable[0]
-    elif position == 0:
-        chosen = checkpoint
-    else:
-        chosen = usable[position - 1]
-    if chosen.id == checkpoint.id:
-        return _BaselineChoice(itself=True)
-    return _BaselineChoice(
-        job_id=chosen.job_id, status=chosen.job_status, error=chosen.job_error, checkpoint=chosen.name
-    )
-
-
-def standing_regressions(db: Database, names: Sequence[str]) -> list[Regressed]:
-    """For each named schedule whose newest checkpoint with a pass or regression verdict is a regression,
-    that checkpoint."""
-    found = []
-    for name in names:
-        compared = [
-            c for c in list_checkpoints(db, name) if c.verdict in (Verdict.passed, Verdict.regression)
-        ]
-        if compared and compared[-1].verdict is Verdict.regression:
-            found.append(Regressed(schedule=name, checkpoint=compared[-1].name, reason=compared[-1].reason))
-    return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +28,7 @@ from posbias.schemas import (
     PosbiasError,
     one_line,
 )
-from posbias.schemas.job import INT64_MAX, check_shape, read_spec_file
+from posbias.schemas.bounds import INT64_MAX, check_shape
 from posbias.schemas.schedule import (
     Announcement,
     BaselineKind,
@@ -37,6 +38,7 @@ from posbias.schemas.schedule import (
     Verdict,
     VerdictDetail,
 )
+from posbias.schemas.spec_file import read_spec_file
 from posbias.service import jobs
 from posbias.service.checkpoints import (
     FolderSource,
@@ -121,6 +123,27 @@ class CheckpointRecord:
 
 
 # --- managing schedules ---------------------------------------------------------------------------------
+
+
+class ScheduleSpecError(PosbiasError):
+    """A schedule's spec template, or its baseline, that cannot be used as given: the caller must change
+    it (the command's usage error)."""
+
+
+def checked_template(spec: str | Path | Mapping[str, Any], *, baseline: str) -> dict[str, Any]:
+    """The template a schedule is added with, checked before any store is opened: `spec` read as
+    `load_template` reads it (a mapping is taken as it is, less `model` and `revision`), made into a job
+    spec, and `baseline` parsed. `ScheduleSpecError` naming the fix otherwise."""
+    try:
+        if isinstance(spec, Mapping):
+            template = {key: value for key, value in spec.items() if key not in {"model", "revision"}}
+        else:
+            template = load_template(str(spec))
+        template_spec(template)
+        parse_baseline(baseline)
+    except PosbiasError as exc:
+        raise ScheduleSpecError(str(exc)) from exc
+    return template
 
 
 def load_template(text: str) -> dict[str, Any]:

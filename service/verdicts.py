@@ -1,4 +1,7 @@
-"""Verdicts: judging a candidate job against a baseline job by a `RegressionRule`.
+"""Verdicts: every decision about a schedule's checkpoint. Whether its job's state settles it (`error`,
+`pending`), which checkpoint is its baseline, whether it is the baseline, how it compares with the
+baseline's job by the schedule's `RegressionRule` (`pass`, `regression`, `inconclusive`), when an `error` is
+reopened, and which schedules stand on a regression (the CI gate).
 
 At each batch size the two jobs are compared with the stratified cluster bootstrap of
 `service/comparison.py`: paired over matched trials (same questions at the same positions, which is what a
@@ -17,23 +20,34 @@ The rule's confidence is split (Bonferroni) over the checks made and the batch s
 as its baseline is flagged with probability at most 1 - confidence. `benchmarks/coverage.py` measures that
 rate and the power to catch a given drop.
 
-Reads finished jobs' results from the store and writes nothing; the scheduler decides which jobs to compare
-and records the outcome.
+Reads checkpoints, jobs and finished jobs' results from the store and writes nothing: `service/scheduler.py`
+asks for each pending checkpoint's verdict and records it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from posbias.schemas import BASELINE
-from posbias.schemas.schedule import BatchSizeVerdict, PositionDrop, RegressionRule, ShiftChange, Verdict
-from posbias.service import store
-from posbias.service.analysis import BOOTSTRAP_RESAMPLES, Floats, TrialData, max_t_band, percentile
+from posbias.schemas import BASELINE, FINISHED_JOB_STATUSES, JobStatus, NotFoundError
+from posbias.schemas.schedule import (
+    BaselineKind,
+    BatchSizeVerdict,
+    PositionDrop,
+    RegressionRule,
+    ShiftChange,
+    Verdict,
+    VerdictDetail,
+)
+from posbias.service import jobs, queries
+from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES, max_t_band, percentile
 from posbias.service.comparison import resample_pair
 from posbias.service.database import Database
+from posbias.service.schedules import CheckpointRecord, ScheduleRecord, list_checkpoints
+from posbias.service.trial_data import Floats, TrialData
 
 MIN_ANSWERS = 20
 """Fewer parsed answers than this at a position (in either job) leave that position out of the checks: an
@@ -70,12 +84,12 @@ def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: R
     """Judge `candidate_job` against `baseline_job` at every batch size they share, variant by variant (a
     schedule whose template has variants watches each: a checkpoint's `global-only` against the baseline
     checkpoint's `global-only`, and so on)."""
-    base_variants = store.variants_of(db, job_ids=[baseline_job])
-    cand_variants = set(store.variants_of(db, job_ids=[candidate_job]))
+    base_variants = queries.variants_of(db, job_ids=[baseline_job])
+    cand_variants = set(queries.variants_of(db, job_ids=[candidate_job]))
     pairs = []
     for variant in [v for v in base_variants if v in cand_variants]:
-        base_sizes = set(store.batch_sizes(db, job_ids=[baseline_job], variant=variant))
-        cand_sizes = set(store.batch_sizes(db, job_ids=[candidate_job], variant=variant))
+        base_sizes = set(queries.batch_sizes(db, job_ids=[baseline_job], variant=variant))
+        cand_sizes = set(queries.batch_sizes(db, job_ids=[candidate_job], variant=variant))
         pairs += [(variant, n) for n in sorted(base_sizes & cand_sizes)]
     if not pairs:
         return Outcome(
@@ -87,8 +101,8 @@ def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: R
         )
     data = {
         (variant, n): (
-            store.trial_data(db, job_ids=[baseline_job], batch_size=n, variant=variant),
-            store.trial_data(db, job_ids=[candidate_job], batch_size=n, variant=variant),
+            queries.trial_data(db, job_ids=[baseline_job], batch_size=n, variant=variant),
+            queries.trial_data(db, job_ids=[candidate_job], batch_size=n, variant=variant),
         )
         for variant, n in pairs
     }
@@ -105,8 +119,8 @@ def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: R
 
 def _shape(db: Database, job_id: int) -> str:
     """A job's batch sizes per variant, for messages: `[1, 10]` or `baseline [1, 10], global-only [10]`."""
-    variants = store.variants_of(db, job_ids=[job_id])
-    sizes = {v: store.batch_sizes(db, job_ids=[job_id], variant=v) for v in variants}
+    variants = queries.variants_of(db, job_ids=[job_id])
+    sizes = {v: queries.batch_sizes(db, job_ids=[job_id], variant=v) for v in variants}
     if variants == [BASELINE]:
         return str(sizes[BASELINE])
     return ", ".join(f"{v} {sizes[v]}" for v in variants) or "no results"
@@ -268,3 +282,167 @@ def _points(value: float | None, *, signed: bool = True) -> str:
     if value is None:
         return "-"
     return f"{100 * value:+.1f} pts" if signed else f"{100 * value:.1f} pts"
+
+
+# --- a checkpoint's verdict -----------------------------------------------------------------------------
+
+
+def judge_checkpoint(
+    db: Database,
+    schedule: ScheduleRecord,
+    checkpoint: CheckpointRecord,
+    *,
+    states: Sequence[CheckpointRecord],
+) -> VerdictDetail:
+    """The verdict a checkpoint with a job has now: `error` when its job failed, was cancelled or deleted;
+    `pending` while its job or its baseline's runs; `baseline` when it is the schedule's baseline;
+    `inconclusive` when its baseline's job ended without results; else `compare_jobs`'s. `states`: the
+    schedule's checkpoints in order, with the verdicts reached so far (the baseline is chosen among them)."""
+
+    def detail(verdict: Verdict, reason: str, **fields: Any) -> VerdictDetail:
+        return VerdictDetail(
+            schedule=schedule.name,
+            checkpoint=checkpoint.name,
+            verdict=verdict,
+            reason=reason,
+            job_id=checkpoint.job_id,
+            **fields,
+        )
+
+    status = checkpoint.job_status
+    if status is None:
+        return detail(Verdict.error, "its job was deleted")
+    if status is JobStatus.failed:
+        return detail(Verdict.error, checkpoint.job_error or f"job {checkpoint.job_id} failed")
+    if status is JobStatus.cancelled:
+        return detail(Verdict.error, f"job {checkpoint.job_id} was cancelled")
+    if status is not JobStatus.done:
+        return detail(Verdict.pending, f"job {checkpoint.job_id} is {status.value}")
+    base = _baseline_for(db, schedule, checkpoint, states=states)
+    if base.itself:
+        which = (
+            "first checkpoint" if schedule.baseline is BaselineKind.first else "first checkpoint, no previous"
+        )
+        return detail(Verdict.baseline, f"the schedule's baseline ({which})")
+    where = f"baseline checkpoint {base.checkpoint}" if base.checkpoint else "baseline"
+    if base.job_id is None:
+        return detail(
+            Verdict.pending, f"waiting for {where} to get a job", baseline_checkpoint=base.checkpoint
+        )
+    fields: dict[str, Any] = {"baseline_job_id": base.job_id, "baseline_checkpoint": base.checkpoint}
+    if base.status is None:
+        return detail(Verdict.inconclusive, f"{where} job {base.job_id} was deleted", **fields)
+    if base.status in (JobStatus.failed, JobStatus.cancelled):
+        return detail(
+            Verdict.inconclusive, f"{where} job {base.job_id} {base.status.value}: {base.error}", **fields
+        )
+    if base.status is not JobStatus.done:
+        return detail(
+            Verdict.pending, f"waiting for {where} job {base.job_id} ({base.status.value})", **fields
+        )
+    assert checkpoint.job_id is not None
+    outcome = compare_jobs(db, baseline_job=base.job_id, candidate_job=checkpoint.job_id, rule=schedule.rule)
+    return detail(
+        outcome.verdict,
+        outcome.reason,
+        rule=schedule.rule,
+        comparisons=outcome.comparisons,
+        batch_sizes=tuple(outcome.batch_sizes),
+        **fields,
+    )
+
+
+def not_submitted(
+    schedule: ScheduleRecord, checkpoint: CheckpointRecord, *, problem: Exception
+) -> VerdictDetail:
+    """The verdict of a checkpoint whose job cannot be prepared (its spec, its model folder, the dataset):
+    `error`, with the reason."""
+    return VerdictDetail(
+        schedule=schedule.name,
+        checkpoint=checkpoint.name,
+        verdict=Verdict.error,
+        reason=f"could not submit its job: {problem}",
+    )
+
+
+def reopened(states: Sequence[CheckpointRecord]) -> list[int]:
+    """The checkpoints whose `error` verdict no longer stands: their failed job was put back in the queue
+    (`posbias retry`), so they are pending again."""
+    return [
+        s.id
+        for s in states
+        if s.verdict is Verdict.error
+        and s.job_status is not None
+        and s.job_status not in FINISHED_JOB_STATUSES
+    ]
+
+
+@dataclass(frozen=True)
+class _BaselineChoice:
+    """Whom a checkpoint is compared with."""
+
+    itself: bool = False
+    """The checkpoint is the baseline."""
+    job_id: int | None = None
+    status: JobStatus | None = None
+    error: str | None = None
+    checkpoint: str | None = None
+
+
+def _baseline_for(
+    db: Database,
+    schedule: ScheduleRecord,
+    checkpoint: CheckpointRecord,
+    *,
+    states: Sequence[CheckpointRecord],
+) -> _BaselineChoice:
+    if schedule.baseline is BaselineKind.job:
+        assert schedule.baseline_job_id is not None
+        try:
+            job = jobs.get(db, schedule.baseline_job_id)
+        except NotFoundError:
+            return _BaselineChoice(job_id=schedule.baseline_job_id)
+        return _BaselineChoice(job_id=job.id, status=job.status, error=job.error)
+    # Checkpoints that ended in error have no curve: they are never a baseline.
+    usable = [
+        s
+        for s in states
+        if s.verdict is not Verdict.error and s.job_status not in (JobStatus.failed, JobStatus.cancelled)
+    ]
+    position = next(i for i, s in enumerate(usable) if s.id == checkpoint.id)
+    if schedule.baseline is BaselineKind.first:
+        chosen = usable[0]
+    elif position == 0:
+        chosen = checkpoint
+    else:
+        chosen = usable[position - 1]
+    if chosen.id == checkpoint.id:
+        return _BaselineChoice(itself=True)
+    return _BaselineChoice(
+        job_id=chosen.job_id, status=chosen.job_status, error=chosen.job_error, checkpoint=chosen.name
+    )
+
+
+# --- the gate -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Regressed:
+    """A schedule whose newest compared checkpoint is a regression."""
+
+    schedule: str
+    checkpoint: str
+    reason: str
+
+
+def standing_regressions(db: Database, names: Sequence[str]) -> list[Regressed]:
+    """For each named schedule whose newest checkpoint with a pass or regression verdict is a regression,
+    that checkpoint: what `posbias schedule tick --fail-on-regression` fails on."""
+    found = []
+    for name in names:
+        compared = [
+            c for c in list_checkpoints(db, name) if c.verdict in (Verdict.passed, Verdict.regression)
+        ]
+        if compared and compared[-1].verdict is Verdict.regression:
+            found.append(Regressed(schedule=name, checkpoint=compared[-1].name, reason=compared[-1].reason))
+    return found

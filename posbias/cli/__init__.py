@@ -1,3 +1,4 @@
-"""The `posbias` command, one module per command group: `submit` (submit, run), `worker`, `jobs` (status,
-cancel, retry), `curves` (curve, compare), `export`, `models`, `db`, `schedule`; `app` mounts them and turns
-errors into one line. Each command parses its flags, calls the Python API (`posbias.api`) and renders."""
+"""The `posbias` command, one module per command group: `submit` (submit, run; their job-spec flags in
+`spec_flags`), `worker`, `jobs` (status, cancel, retry), `curves` (curve, compare), `explain`, `export`,
+`models`, `db`, `schedule`; `app` mounts them, and `errors` turns whatever went wrong into one line. Each
+command parses its flags, makes one call of the Python API (`import posbias`) and renders what it returns."""

@@ -1,21 +1,18 @@
-"""What every command module shares: the two consoles, the settings and store of a command, usage errors,
-JSON output, and how numbers are written."""
+"""What every command module shares: the two consoles, the settings of a command, common arguments, JSON
+output, and how numbers are written. Usage errors are in `errors.py`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from posbias.schemas import LayerConfig, PosbiasError
-from posbias.schemas.job import INT64_MAX, MAX_BATCH_SIZE
-from posbias.service import database
-from posbias.service.database import Database
-from posbias.service.settings import Settings
+import posbias
+from posbias.schemas import LayerConfig
+from posbias.schemas.bounds import INT64_MAX, MAX_BATCH_SIZE
 
 out = Console(highlight=False, soft_wrap=True)
 """Standard output: what the command produces (tables, JSON, CSV)."""
@@ -32,24 +29,10 @@ BatchSizeOpt = Annotated[
 ]
 
 
-class BadUsage(PosbiasError):
-    """A flag or argument the user must change: exit code 2."""
-
-
-def settings_of(ctx: typer.Context) -> Settings:
+def settings_of(ctx: typer.Context) -> posbias.Settings:
     """The one `Settings` the app's callback read for this command."""
-    settings: Settings = ctx.obj
+    settings: posbias.Settings = ctx.obj
     return settings
-
-
-@contextmanager
-def open_store(ctx: typer.Context) -> Iterator[Database]:
-    """The store of `POSBIAS_DATABASE_URL`, checked and open for the command's duration."""
-    db = database.connect(settings_of(ctx).database_url)
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 def print_json(data: Any) -> None:

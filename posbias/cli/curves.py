@@ -10,10 +10,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-import posbias.api as api
+import posbias
 from posbias.cli.common import (
     ID_MAX,
-    BadUsage,
     BatchSizeOpt,
     JsonOpt,
     num,
@@ -23,8 +22,9 @@ from posbias.cli.common import (
     print_json,
     settings_of,
 )
+from posbias.cli.errors import BadUsage
 from posbias.schemas import BASELINE, Comparison, Curve, CurveAxis, CurveQuery
-from posbias.schemas.job import MAX_BATCH_SIZE
+from posbias.schemas.bounds import MAX_BATCH_SIZE
 
 RevisionOpt = Annotated[str | None, typer.Option(help="Model revision on the hub.")]
 
@@ -86,16 +86,13 @@ def curve(
     if job is None and model is None:
         raise BadUsage("name a model (--model) or a job (--job)")
     query = CurveQuery(model=model, revision=revision, batch_size=batch_size, job_id=job, variant=variant)
-    curves = api.curves(query, settings=settings_of(ctx), by=by, bin_width=bin_width)
+    curves = posbias.curves(query, settings=settings_of(ctx), by=by, bin_width=bin_width)
     if plot is not None:
-        from posbias.service.plot import plot_curves
-
-        plot_curves(curves, path=plot)
+        posbias.plot_curves(curves, path=plot)
     if heatmap is not None:
-        from posbias.service.plot import plot_heatmap
-
-        grid = curves if by is CurveAxis.position else api.curves(query, settings=settings_of(ctx))
-        plot_heatmap(grid, path=heatmap)
+        # The heatmap is drawn from the curves by position, whichever axis the table shows.
+        grid = curves if by is CurveAxis.position else posbias.curves(query, settings=settings_of(ctx))
+        posbias.plot_heatmap(grid, path=heatmap)
     if output_format == "json":
         print_json([c.model_dump(mode="json") for c in curves])
     elif output_format == "csv":
@@ -245,7 +242,7 @@ def compare(
 
     Example: posbias compare 3 7 --batch-size 50; posbias compare 3:baseline 3:global-only
     """
-    comparison = api.compare(_operand(a), _operand(b), settings=settings_of(ctx), batch_size=batch_size)
+    comparison = posbias.compare(_operand(a), _operand(b), settings=settings_of(ctx), batch_size=batch_size)
     if as_json:
         print_json(comparison.model_dump(mode="json"))
     else:

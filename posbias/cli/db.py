@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 import typer
 
-from posbias.cli.common import BadUsage, JsonOpt, err, out, print_json, settings_of
-from posbias.schemas import PosbiasError, one_line
-from posbias.service import database
+import posbias
+from posbias.cli.common import JsonOpt, err, out, print_json, settings_of
+from posbias.cli.errors import BadUsage
 
 app = typer.Typer(help="Create, upgrade or inspect the store's schema.", no_args_is_help=True)
 
@@ -31,12 +30,11 @@ def db_upgrade(
 
     Example: posbias db upgrade   (the store is POSBIAS_DATABASE_URL, default sqlite:///posbias.db)
     """
-    url = settings_of(ctx).database_url
     try:
-        database.upgrade(url, revision, force=force)
-    except database.RevisionError as exc:
+        version = posbias.upgrade_store(revision, settings=settings_of(ctx), force=force)
+    except posbias.RevisionError as exc:
         raise BadUsage(str(exc)) from None
-    out.print(f"{database.describe(database.normalise_url(url))} is at {database.current(url) or 'base'}")
+    out.print(f"{version.store} is at {version.current or 'base'}")
 
 
 @app.command("downgrade")
@@ -48,12 +46,11 @@ def db_downgrade(
 
     Example: posbias db downgrade -1
     """
-    url = settings_of(ctx).database_url
     try:
-        database.downgrade(url, revision)
-    except database.RevisionError as exc:
+        version = posbias.downgrade_store(revision, settings=settings_of(ctx))
+    except posbias.RevisionError as exc:
         raise BadUsage(str(exc)) from None
-    out.print(f"{database.describe(database.normalise_url(url))} is at {database.current(url) or 'base'}")
+    out.print(f"{version.store} is at {version.current or 'base'}")
 
 
 @app.command("current")
@@ -73,31 +70,10 @@ def db_current(
 
     Example: posbias db current --wait 600   (an init container: start only on a migrated store)
     """
-    url = settings_of(ctx).database_url
-    head = database.head()
-    now = _wait_for(url, head=head, seconds=wait) if wait is not None else database.current(url)
+    version = posbias.store_version(settings=settings_of(ctx), wait=wait, on_waiting=err.print)
+    now, head = version.current, version.head
     if as_json:
-        print_json({"current": now, "head": head, "up_to_date": now == head})
+        print_json({"current": now, "head": head, "up_to_date": version.up_to_date})
     else:
-        state = "up to date" if now == head else "run `posbias db upgrade`"
+        state = "up to date" if version.up_to_date else "run `posbias db upgrade`"
         out.print(f"current: {now or 'none (never upgraded)'}; newest: {head} ({state})")
-
-
-def _wait_for(url: str, *, head: str, seconds: float) -> str | None:
-    """The store's revision once it is `head`, polling every 5 s; `PosbiasError` after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            now = database.current(url)
-            problem = f"it is at {now or 'no revision (never upgraded)'}"
-        except Exception as exc:  # unreachable yet (the database or its DNS name still starting)
-            now, problem = None, f"it cannot be read ({one_line(exc, typed=True)})"
-        if now == head:
-            return now
-        if time.monotonic() >= deadline:
-            raise PosbiasError(
-                f"the store did not reach revision {head} within {seconds:.0f} s ({problem}); run "
-                "`posbias db upgrade` (the migration Job) with this release"
-            )
-        err.print(f"waiting for the store to reach revision {head}: {problem}")
-        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))

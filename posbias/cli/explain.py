@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-import posbias.api as api
+import posbias
 from posbias.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
 from posbias.schemas import BASELINE
 from posbias.schemas.explanation import Explanation
@@ -46,7 +46,7 @@ def explain(
 
     Example: posbias explain 3
     """
-    found = api.explain(jobs, settings=settings_of(ctx), batch_size=batch_size, variant=variant)
+    found = posbias.explain(jobs, settings=settings_of(ctx), batch_size=batch_size, variant=variant)
     if as_json:
         print_json([e.model_dump(mode="json") for e in found])
         return

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-import posbias.api as api
-from posbias.cli.common import BadUsage, JobArg, out, settings_of
+import posbias
+from posbias.cli.common import JobArg, out, settings_of
+from posbias.cli.errors import BadUsage
 from posbias.schemas import PosbiasError
-from posbias.service.export import OutputExists, export_format
 
 
 def register(app: typer.Typer) -> None:
@@ -37,13 +37,13 @@ def export(
     Example: posbias export 3 --out results.parquet
     """
     try:
-        export_format(output, output_format)
+        posbias.export_format(output, output_format)  # a flag to fix (exit 2), before the store is opened
     except PosbiasError as exc:
         raise BadUsage(str(exc)) from None
     try:
-        summary = api.export_results(
+        summary = posbias.export_results(
             job, out=output, settings=settings_of(ctx), format=output_format, overwrite=force
         )
-    except OutputExists as exc:
+    except posbias.OutputExists as exc:
         raise BadUsage(str(exc)) from None
     out.print(f"wrote {summary.rows} results of job {job} to {summary.path}")

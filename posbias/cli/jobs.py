@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-import posbias.api as api
+import posbias
 from posbias.cli.common import ID_MAX, JobArg, JsonOpt, describe_variant, out, print_json, settings_of
 from posbias.schemas import BASELINE, JobRecord
 
@@ -33,7 +33,7 @@ def status(
     """
     settings = settings_of(ctx)
     if job is None:
-        found = api.jobs(settings=settings, limit=limit)
+        found = posbias.jobs(settings=settings, limit=limit)
         if as_json:
             print_json([_job_json(j) for j in found])
             return
@@ -52,8 +52,8 @@ def status(
             )
         out.print(table if found else "no jobs yet: `posbias submit --help`")
         return
-    record = api.job(job, settings=settings)
-    shards = api.shards(job, settings=settings)
+    record = posbias.job(job, settings=settings)
+    shards = posbias.shards(job, settings=settings)
     p = record.progress
     if as_json:
         data = _job_json(record)
@@ -145,7 +145,7 @@ def cancel(ctx: typer.Context, job: JobArg, as_json: JsonOpt = False) -> None:
 
     Example: posbias cancel 3
     """
-    cancelled = api.cancel(job, settings=settings_of(ctx)).shards
+    cancelled = posbias.cancel(job, settings=settings_of(ctx)).shards
     if as_json:
         print_json({"job_id": job, "shards_cancelled": cancelled})
     else:
@@ -157,7 +157,7 @@ def retry(ctx: typer.Context, job: JobArg, as_json: JsonOpt = False) -> None:
 
     Example: posbias retry 3
     """
-    requeued = api.retry(job, settings=settings_of(ctx)).shards
+    requeued = posbias.retry(job, settings=settings_of(ctx)).shards
     if as_json:
         print_json({"job_id": job, "shards_requeued": requeued})
     else:

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-import posbias.api as api
+import posbias
 from posbias.cli.common import JsonOpt, out, print_json, settings_of, text
 
 
@@ -22,7 +22,7 @@ def models(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
     Example: posbias models --json
     """
-    found = api.models(settings=settings_of(ctx))
+    found = posbias.models(settings=settings_of(ctx))
     if as_json:
         print_json([m.model_dump(mode="json") for m in found])
         return

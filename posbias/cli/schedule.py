@@ -1,7 +1,7 @@
-"""`posbias schedule ...`: regression runs for new checkpoints (see `service/scheduler.py`).
+"""`posbias schedule ...`: regression runs for new checkpoints (the API is `posbias/schedules.py`).
 
 A typer sub-app mounted by `posbias/cli/app.py`. It reads the same `Settings` (the parent's context object)
-and leaves errors to `app.main`: `PosbiasError` is one line and exit 1, a usage error exit 2.
+and leaves errors to `errors.py`: `PosbiasError` is one line and exit 1, a usage error exit 2.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from posbias.cli.common import JsonOpt, err, open_store, out, print_json
+import posbias
+from posbias.cli.common import JsonOpt, err, out, print_json, settings_of
 from posbias.schemas import Interval, PosbiasError
-from posbias.schemas.job import MAX_BATCH_SIZE
+from posbias.schemas.bounds import MAX_BATCH_SIZE
 from posbias.schemas.schedule import HubRevisions, PositionDrop, RegressionRule
-from posbias.service import schedule_report, scheduler, schedules
-from posbias.service.checkpoints import FolderSource, HubSource, Source
 
 app = typer.Typer(
     help="Regression runs: evaluate each new checkpoint of a model and judge it against a baseline.",
@@ -115,21 +114,17 @@ def add(
     rule = _rule(
         ctx, max_drop=max_drop, max_shift=max_shift, max_parse_drop=max_parse_drop, confidence=confidence
     )
-    try:
-        template = schedules.load_template(spec)
-        schedules.template_spec(template)
-        schedules.parse_baseline(baseline)
-    except PosbiasError as exc:
-        ctx.fail(str(exc))
-    source: Source = (
-        FolderSource(path=folder)
+    source = (
+        posbias.FolderSource(path=folder)
         if folder is not None
-        else HubSource(repo=str(hub), branch=branch, revisions=revisions)
+        else posbias.HubSource(repo=str(hub), branch=branch, revisions=revisions)
     )
-    with open_store(ctx) as db:
-        record = schedules.add_schedule(
-            db, name, source=source, template=template, baseline=baseline, rule=rule, settings=ctx.obj
+    try:
+        record = posbias.add_schedule(
+            name, spec=spec, source=source, rule=rule, baseline=baseline, settings=settings_of(ctx)
         )
+    except posbias.ScheduleSpecError as exc:
+        ctx.fail(str(exc))
     if as_json:
         print_json(_schedule_json(record))
         return
@@ -144,26 +139,25 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
     Example: posbias schedule list --json
     """
-    with open_store(ctx) as db:
-        records = schedules.list_schedules(db)
-        counts = {r.name: len(schedules.list_checkpoints(db, r.name)) for r in records}
+    found = posbias.list_schedules(settings=settings_of(ctx))
     if as_json:
-        print_json([{**_schedule_json(r), "checkpoints": counts[r.name]} for r in records])
+        print_json([{**_schedule_json(s.schedule), "checkpoints": len(s.checkpoints)} for s in found])
         return
-    if not records:
+    if not found:
         out.print("no schedules yet: `posbias schedule add --help`")
         return
     table = Table(title="schedules")
     for column in ("name", "source", "baseline", "rule", "state", "checkpoints", "last tick", "problem"):
         table.add_column(column)
-    for r in records:
+    for state in found:
+        r = state.schedule
         table.add_row(
             r.name,
             r.source_text,
             r.baseline_text,
             r.rule.describe(),
             "paused" if r.paused else "active",
-            str(counts[r.name]),
+            str(len(state.checkpoints)),
             f"{r.last_tick_at:%Y-%m-%d %H:%M}" if r.last_tick_at else "never",
             r.last_error or "",
         )
@@ -176,9 +170,8 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
 
     Example: posbias schedule show nightly
     """
-    with open_store(ctx) as db:
-        record = schedules.get_schedule(db, name)
-        checkpoints = schedules.list_checkpoints(db, name)
+    found = posbias.schedule(name, settings=settings_of(ctx))
+    record, checkpoints = found.schedule, found.checkpoints
     if as_json:
         print_json({**_schedule_json(record), "checkpoints": [_checkpoint_json(c) for c in checkpoints]})
         return
@@ -207,8 +200,7 @@ def remove(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
 
     Example: posbias schedule remove nightly
     """
-    with open_store(ctx) as db:
-        forgotten = schedules.remove_schedule(db, name)
+    forgotten = posbias.remove_schedule(name, settings=settings_of(ctx))
     if as_json:
         print_json({"schedule": name, "removed": True, "checkpoints": forgotten})
     else:
@@ -221,7 +213,7 @@ def pause(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
 
     Example: posbias schedule pause nightly
     """
-    _set_paused(ctx, name, paused=True, as_json=as_json)
+    _print_paused(posbias.pause_schedule(name, settings=settings_of(ctx)), as_json=as_json)
 
 
 @app.command("resume")
@@ -230,16 +222,14 @@ def resume(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
 
     Example: posbias schedule resume nightly
     """
-    _set_paused(ctx, name, paused=False, as_json=as_json)
+    _print_paused(posbias.resume_schedule(name, settings=settings_of(ctx)), as_json=as_json)
 
 
-def _set_paused(ctx: typer.Context, name: str, *, paused: bool, as_json: bool) -> None:
-    with open_store(ctx) as db:
-        record = schedules.set_paused(db, name, paused=paused)
+def _print_paused(record: posbias.ScheduleRecord, *, as_json: bool) -> None:
     if as_json:
         print_json(_schedule_json(record))
     else:
-        out.print(f"schedule {name} is {'paused' if record.paused else 'active'}")
+        out.print(f"schedule {record.name} is {'paused' if record.paused else 'active'}")
 
 
 # --- tick -----------------------------------------------------------------------------------------------
@@ -264,8 +254,7 @@ def tick(
 
     Example: posbias schedule tick nightly --fail-on-regression
     """
-    with open_store(ctx) as db:
-        done = scheduler.tick(db, settings=ctx.obj, name=name)
+    done = posbias.tick_schedules(name, settings=settings_of(ctx))
     if as_json:
         print_json(_tick_json(done))
     else:
@@ -278,7 +267,7 @@ def tick(
         )
 
 
-def _print_tick(done: scheduler.TickReport) -> None:
+def _print_tick(done: posbias.TickReport) -> None:
     if not done.schedules:
         out.print("no schedules: `posbias schedule add --help`")
     for s in done.schedules:
@@ -300,7 +289,7 @@ def _print_tick(done: scheduler.TickReport) -> None:
         out.print(f"posted {len(done.announced)} verdicts to the webhook")
 
 
-def _tick_json(done: scheduler.TickReport) -> dict[str, Any]:
+def _tick_json(done: posbias.TickReport) -> dict[str, Any]:
     return {
         "schedules": [
             {
@@ -351,20 +340,9 @@ def report(
 
     Example: posbias schedule report nightly --batch-size 50 --plot nightly.png
     """
-    with open_store(ctx) as db:
-        found = schedule_report.schedule_report(db, name, batch_size=batch_size)
+    found = posbias.schedule_report(name, batch_size=batch_size, settings=settings_of(ctx))
     if plot is not None:
-        from posbias.service.plot import plot_curves
-
-        drawn = [row for row in found.rows if row.curve is not None]
-        if not drawn:
-            raise PosbiasError(f"nothing to plot: no checkpoint of {name} has a finished job yet")
-        plot_curves(
-            [row.curve for row in drawn if row.curve is not None],
-            path=plot,
-            labels=[row.checkpoint.name for row in drawn],
-            title=f"schedule {name}: accuracy by position, batch size {found.batch_size}",
-        )
+        found.plot(plot)
     if as_json:
         print_json(_report_json(found))
         return
@@ -393,7 +371,7 @@ def report(
         out.print(f"wrote {plot}")
 
 
-def _report_json(found: schedule_report.ScheduleReport) -> dict[str, Any]:
+def _report_json(found: posbias.ScheduleReport) -> dict[str, Any]:
     return {
         "schedule": found.schedule.name,
         "batch_size": found.batch_size,
@@ -433,9 +411,9 @@ def _drop(value: PositionDrop | None) -> str:
 # --- JSON -----------------------------------------------------------------------------------------------
 
 
-def _schedule_json(r: schedules.ScheduleRecord) -> dict[str, Any]:
+def _schedule_json(r: posbias.ScheduleRecord) -> dict[str, Any]:
     source: dict[str, Any]
-    if isinstance(r.source, FolderSource):
+    if isinstance(r.source, posbias.FolderSource):
         source = {"folder": str(r.source.path)}
     else:
         source = {"hub": r.source.repo, "branch": r.source.branch, "revisions": r.source.revisions.value}
@@ -453,7 +431,7 @@ def _schedule_json(r: schedules.ScheduleRecord) -> dict[str, Any]:
     }
 
 
-def _checkpoint_json(c: schedules.CheckpointRecord) -> dict[str, Any]:
+def _checkpoint_json(c: posbias.CheckpointRecord) -> dict[str, Any]:
     return {
         "checkpoint": c.name,
         "step": c.step,

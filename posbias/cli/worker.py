@@ -6,10 +6,8 @@ from typing import Annotated
 
 import typer
 
-import posbias.api as api
+import posbias
 from posbias.cli.common import JsonOpt, err, out, print_json, settings_of
-from posbias.service import database
-from posbias.service.database import describe, normalise_url
 
 
 def register(app: typer.Typer) -> None:
@@ -35,16 +33,13 @@ def worker(
     settings = settings_of(ctx)
     if ray_address is not None:
         settings = settings.model_copy(update={"ray_address": ray_address})
-    from posbias.service.dispatcher import init_ray  # Ray is slow to import: only for this command
 
-    # The store and Ray first: a bad one is the command's one line, with no banner before it.
-    database.connect(settings.database_url).close()
-    init_ray(settings)
-    if not as_json:
-        err.print(
-            f"worker: queue {describe(normalise_url(settings.database_url))}, Ray {settings.ray_address}"
-        )
-    summary = api.dispatch(settings=settings, until_empty=until_empty, max_jobs=max_jobs)
+    def banner(store: str) -> None:
+        # Once the store and Ray are reached: a bad one is the command's one line, with no banner before it.
+        if not as_json:
+            err.print(f"worker: queue {store}, Ray {settings.ray_address}")
+
+    summary = posbias.dispatch(settings=settings, until_empty=until_empty, max_jobs=max_jobs, on_ready=banner)
     if as_json:
         print_json(
             {

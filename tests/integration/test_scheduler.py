@@ -21,19 +21,19 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from support.job_runs import answer_every_shard, dispatch
 
 from posbias.schemas import ConflictError, NotFoundError, PosbiasError
 from posbias.schemas.schedule import RegressionRule, Verdict
-from posbias.service import database, jobs, queue, schedule_report, scheduler, schedules
+from posbias.service import database, jobs, schedule_report, scheduler, schedules
 from posbias.service.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
 from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
 from posbias.service.settings import Settings
 from posbias.service.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus
 from posbias.service.verdicts import MIN_ANSWERS
 from posbias.service.webhook import MAX_ANNOUNCE_ATTEMPTS
+from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
-from posbias.workers.testing import FakeEngine
 
 # The fake engine's accuracy rises linearly from `first` (position 1) to `last` (position N).
 BASE = {"first": 0.3, "last": 0.8}
@@ -93,18 +93,8 @@ def run_inline(db: Database, job_id: int) -> None:
     """Run a job in this process as a worker would (lease, `run_shard` on the fake engine, write)."""
     spec = jobs.get(db, job_id).spec
     engine = FakeEngine(spec.fake, seed=spec.seed, model=spec.model)
-    while leases := queue.lease(db, owner="inline", limit=100, lease_seconds=60, job_ids=[job_id]):
-        for lease in leases:
-            assert queue.complete(db, [run_shard(lease.shard, engine=engine)], owner="inline")[0].written
+    answer_every_shard(db, job_id, run_shard, engine=engine)
     assert jobs.get(db, job_id).status is JobStatus.done
-
-
-def dispatch(db: Database, settings: Settings) -> None:
-    dispatcher = Dispatcher(db, settings=settings)
-    try:
-        dispatcher.run(until_empty=True)
-    finally:
-        dispatcher.close()
 
 
 def count_jobs(db: Database) -> int:

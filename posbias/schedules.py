@@ -1,0 +1,125 @@
+"""Regression schedules from Python: what `posbias schedule ...` does, as functions.
+
+A schedule watches where checkpoints of a model appear (a folder's subfolders, or a hub repository's
+revisions), gives each a job (its spec template with the checkpoint filled in) and judges it against a
+baseline by a `RegressionRule`. `tick_schedules` does one round; `posbias worker` (or `dispatch`) runs the
+jobs it submits.
+
+    from pathlib import Path
+
+    import posbias
+    from posbias.schemas.schedule import RegressionRule
+
+    posbias.add_schedule(
+        "nightly",
+        spec={"engine": {"name": "fake"}, "batch_sizes": [5], "iterations": 100},
+        source=posbias.FolderSource(path=Path("runs/ckpts")),
+        rule=RegressionRule(max_drop=5),
+    )
+    report = posbias.tick_schedules("nightly")
+    print(report.regressions)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posbias.api import _settings, _store
+from posbias.schemas.schedule import RegressionRule
+from posbias.service import schedule_report as reports
+from posbias.service import scheduler, schedules
+from posbias.service.checkpoints import Source
+from posbias.service.schedule_report import ScheduleReport
+from posbias.service.scheduler import TickReport
+from posbias.service.schedules import CheckpointRecord, ScheduleRecord
+from posbias.service.settings import Settings
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """A schedule with its checkpoints in order (step, then name), each with its job and verdict."""
+
+    schedule: ScheduleRecord
+    checkpoints: list[CheckpointRecord]
+
+
+def add_schedule(
+    name: str,
+    *,
+    spec: str | Path | Mapping[str, Any],
+    source: Source,
+    rule: RegressionRule,
+    baseline: str = "first",
+    settings: Settings | None = None,
+) -> ScheduleRecord:
+    """Add a schedule: where its checkpoints appear (`FolderSource` or `HubSource`), its job spec template
+    (a mapping, a YAML/JSON file, or inline JSON; each checkpoint fills in `model` and `revision`), its
+    baseline (`first`, `previous` or a job id) and its rule.
+
+    `ScheduleSpecError` when the template or the baseline cannot be used as given (checked before the store
+    is opened); `PosbiasError` naming the fix when the name, the source, the dataset or the baseline job
+    will not do; `ConflictError` when the name is taken."""
+    settings = _settings(settings)
+    template = schedules.checked_template(spec, baseline=baseline)
+    with _store(settings) as db:
+        return schedules.add_schedule(
+            db, name, source=source, template=template, baseline=baseline, rule=rule, settings=settings
+        )
+
+
+def list_schedules(*, settings: Settings | None = None) -> list[ScheduleState]:
+    """Every schedule, by name, with its checkpoints."""
+    with _store(_settings(settings)) as db:
+        return [
+            ScheduleState(schedule=record, checkpoints=schedules.list_checkpoints(db, record.name))
+            for record in schedules.list_schedules(db)
+        ]
+
+
+def schedule(name: str, *, settings: Settings | None = None) -> ScheduleState:
+    """One schedule with its checkpoints. `NotFoundError` when there is none."""
+    with _store(_settings(settings)) as db:
+        record = schedules.get_schedule(db, name)
+        return ScheduleState(schedule=record, checkpoints=schedules.list_checkpoints(db, name))
+
+
+def remove_schedule(name: str, *, settings: Settings | None = None) -> int:
+    """Delete a schedule and its checkpoint records; the jobs it submitted and their results stay. Returns
+    how many checkpoint records were deleted."""
+    with _store(_settings(settings)) as db:
+        return schedules.remove_schedule(db, name)
+
+
+def pause_schedule(name: str, *, settings: Settings | None = None) -> ScheduleRecord:
+    """Stop picking up new checkpoints; jobs already submitted still get their verdicts."""
+    with _store(_settings(settings)) as db:
+        return schedules.set_paused(db, name, paused=True)
+
+
+def resume_schedule(name: str, *, settings: Settings | None = None) -> ScheduleRecord:
+    """Pick up new checkpoints again; the next tick catches up on any that appeared meanwhile."""
+    with _store(_settings(settings)) as db:
+        return schedules.set_paused(db, name, paused=False)
+
+
+def tick_schedules(name: str | None = None, *, settings: Settings | None = None) -> TickReport:
+    """One round for schedule `name` (default: every schedule): find new checkpoints, submit their jobs,
+    judge finished ones against their baselines, post new verdicts to `settings.webhook_url`. Runs no job
+    itself, and is safe to run from cron, even twice at once. `report.regressions` names the schedules
+    whose newest compared checkpoint is a regression (what a CI gate fails on)."""
+    settings = _settings(settings)
+    with _store(settings) as db:
+        return scheduler.tick(db, settings=settings, name=name)
+
+
+def schedule_report(
+    name: str, *, batch_size: int | None = None, settings: Settings | None = None
+) -> ScheduleReport:
+    """Every checkpoint in order with its verdict, first and last accuracy, last minus first and the worst
+    drop of its verdict, at `batch_size` (default: the template's largest); `report.plot(path)` draws the
+    finished checkpoints' curves."""
+    with _store(_settings(settings)) as db:
+        return reports.schedule_report(db, name, batch_size=batch_size)
