@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support import fuzzcases
 from support import postgres as throwaway_postgres
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = (
@@ -73,7 +74,7 @@ def main() -> int:
                 store_url=url,
                 dialect=dialect,
                 job_id=job,
-                closed_port=fuzzcases.closed_port(),
+                closed_port=free_port(),
                 silent_port=silent,
                 postgres_port=port,
                 foreign_postgres_url=foreign,

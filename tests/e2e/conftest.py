@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +48,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'posbias.db'}"
         return
     server: PostgresServer = request.getfixturevalue("postgres_server")
-    name = f"e2e_{uuid.uuid4().hex[:10]}"
-    url = server.create_database(name)
-    yield url
-    server.drop_database(name)
+    with server.scratch_database("e2e") as url:
+        yield url
 
 
 @pytest.fixture

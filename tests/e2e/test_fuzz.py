@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support import fuzzcases
+from support.ports import free_port
 from support.postgres import PostgresServer
 
 IN_PROCESS = 100
@@ -47,7 +48,7 @@ def context(
         store_url=store_url,
         dialect="postgresql" if server else "sqlite",
         job_id=job,
-        closed_port=fuzzcases.closed_port(),
+        closed_port=free_port(),
         silent_port=silent_port,
         postgres_port=port,
         foreign_postgres_url=foreign,

@@ -1,23 +1,25 @@
 """Integration fixtures.
 
 Databases: one throwaway PostgreSQL server per session (`postgres_server` in tests/conftest.py; see
-`service/throwaway_postgres.py` for what it needs), and a fresh database per test, copied from a template that
-was migrated once, so every test starts from an empty store at the head revision. SQLite tests get a fresh
-file per test the same way.
+tests/support/postgres.py for what it needs), and a fresh database per test, copied from a template that was
+migrated once, so every test starts from an empty store at the head revision. SQLite tests get a fresh file
+per test the same way.
 
 - `database_url`: a migrated, empty store; runs the test on SQLite and on PostgreSQL.
 - `empty_database_url`: a database with no tables (for migration tests); both dialects.
-- `postgres_url`: a migrated, empty PostgreSQL store only.
+- `postgres_url`: a migrated, empty PostgreSQL store only; `sqlite_url`: the same on SQLite only.
 - `db`: an open `Database` on `database_url`.
 - `make_job`, `answer`: submit a small job and build a worker's result for a leased shard.
 - `ray_session`: one local Ray for the session; `fast_settings(url)`: dispatcher settings with short
   polls, heartbeats and leases.
+
+Helpers test modules import (they cannot import this file) are in tests/support: running a job to the end
+(`job_runs`), reading its results back (`results`), waiting for a condition (`waiting`), free ports (`ports`).
 """
 
 from __future__ import annotations
 
 import shutil
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.service import database, jobs, planner
+from posbias.service import database, jobs, migrate, planner
 from posbias.service.database import Database
 from posbias.service.settings import Settings
 
@@ -55,7 +57,7 @@ DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 def postgres_template(postgres_server: PostgresServer) -> str:
     """Name of a database on `postgres_server` migrated to head: tests copy it (CREATE DATABASE TEMPLATE)."""
     url = postgres_server.create_database(POSTGRES_TEMPLATE)
-    database.upgrade(url)
+    migrate.upgrade(url)
     return POSTGRES_TEMPLATE
 
 
@@ -63,34 +65,31 @@ def postgres_template(postgres_server: PostgresServer) -> str:
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated to head: tests copy it."""
     path = tmp_path_factory.mktemp("template") / "posbias.db"
-    database.upgrade(f"sqlite:///{path}")
+    migrate.upgrade(f"sqlite:///{path}")
     return path
-
-
-def _fresh_postgres(server: PostgresServer, *, template: str | None) -> Iterator[str]:
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    url = server.create_database(name, template=template)
-    yield url
-    server.drop_database(name)
 
 
 @pytest.fixture
 def postgres_url(postgres_server: PostgresServer, postgres_template: str) -> Iterator[str]:
     """URL of a fresh PostgreSQL database migrated to head."""
-    yield from _fresh_postgres(postgres_server, template=postgres_template)
+    with postgres_server.scratch_database("test", template=postgres_template) as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """URL of a fresh SQLite store migrated to head, for a test that needs one dialect only."""
+    path = tmp_path / "posbias.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture(params=DIALECTS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """URL of a fresh store migrated to head: a test using it runs on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        path = tmp_path / "posbias.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
-    else:
-        yield from _fresh_postgres(
-            request.getfixturevalue("postgres_server"), template=request.getfixturevalue("postgres_template")
-        )
+def database_url(request: pytest.FixtureRequest) -> str:
+    """URL of a fresh store migrated to head: a test using it runs on SQLite (`sqlite_url`) and on PostgreSQL
+    (`postgres_url`)."""
+    url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
+    return url
 
 
 @pytest.fixture(params=DIALECTS)
@@ -99,7 +98,8 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'posbias.db'}"
     else:
-        yield from _fresh_postgres(request.getfixturevalue("postgres_server"), template=None)
+        with request.getfixturevalue("postgres_server").scratch_database("test") as url:
+            yield url
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,10 +28,12 @@ from typing import Any
 
 import pytest
 from ray.cluster_utils import AutoscalingCluster
-from sqlalchemy import text
+from support.job_runs import summary_of
+from support.ports import free_port
+from support.results import result_rows
 
 from posbias.schemas import Submitted
-from posbias.service import database, jobs
+from posbias.service import database, jobs, migrate
 from posbias.service.database import Database
 from posbias.service.tables import JobStatus, ShardStatus
 
@@ -161,23 +162,16 @@ class Cluster:
         return sum(float(line.split("/")[1].split()[0]) for line in lines)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = Path(tempfile.mkdtemp(prefix="posbias-as-"))  # short: Ray's socket paths have a length limit
-    port = _free_port()
+    port = free_port()
     simulator = OwnAutoscalingCluster(
         head_resources={"CPU": 2}, worker_node_types={"gpu": GPU_NODE}, port=port
     )
     head = simulator.start_in(workdir)
     url = f"sqlite:///{tmp_path_factory.mktemp('autoscaling') / 'posbias.db'}"
-    database.upgrade(url)
+    migrate.upgrade(url)
     try:
         deadline = time.monotonic() + 120
         while "Ray runtime started" not in simulator.log.read_text():
@@ -195,24 +189,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             head.wait()
         simulator.log_file.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _summary(process: subprocess.Popen[str], *, timeout: float = 240) -> dict[str, Any]:
-    stdout, stderr = process.communicate(timeout=timeout)
-    assert process.returncode == 0, stderr[-3000:]
-    data: dict[str, Any] = json.loads(stdout)
-    return data
-
-
-def _rows(db: Database, job_id: int) -> tuple[int, int]:
-    with db.read() as session:
-        rows = session.execute(
-            text(
-                "SELECT count(*), count(DISTINCT trial_id * 1000 + position) FROM results WHERE job_id = :j"
-            ),
-            {"j": job_id},
-        ).one()
-    return int(rows[0]), int(rows[1])
 
 
 def _events(path: Path) -> list[list[str]]:
@@ -240,10 +216,10 @@ def test_a_gpu_job_on_a_cluster_with_no_gpu_gets_a_node_from_the_autoscaler_and_
     assert cluster.gpus_up() == 0, "the GPU node type has min 0: no GPU before there is work"
     job, events = _gpu_job(cluster, make_job, "gpu-model-a", batch_sizes=(2, 3), iterations=4, shard_size=2)
 
-    summary = _summary(cluster.worker("--until-empty"))
+    summary = summary_of(cluster.worker("--until-empty"))
 
     assert jobs.get(cluster.db, job).status is JobStatus.done
-    rows, distinct = _rows(cluster.db, job)
+    rows, distinct = result_rows(cluster.db, job)
     assert rows == distinct == 4 * (2 + 3), "every (trial, position) written exactly once"
     assert summary["shards_failed"] == 0 and summary["shards_written"] == 4
     # Attempts count failures only (a lapsed lease is a lapse): none failed, none lapsed.
@@ -258,7 +234,7 @@ def test_a_tensor_parallel_size_no_node_type_has_fails_its_job_at_once_naming_th
 ) -> None:
     job, events = _gpu_job(cluster, make_job, "gpu-model-tp2", tp=2, batch_sizes=(2,), iterations=2)
 
-    _summary(cluster.worker("--until-empty", POSBIAS_MAX_NODE_GPUS="1"))
+    summary_of(cluster.worker("--until-empty", POSBIAS_MAX_NODE_GPUS="1"))
 
     failed = jobs.get(cluster.db, job)
     assert failed.status is JobStatus.failed
@@ -285,7 +261,7 @@ def test_node_types_published_in_rays_cluster_config_name_the_largest_node(
     gcs.report_cluster_config(config.SerializeToString())
     try:
         job, _ = _gpu_job(cluster, make_job, "gpu-model-tp2-typed", tp=2, batch_sizes=(2,), iterations=2)
-        _summary(cluster.worker("--until-empty"))
+        summary_of(cluster.worker("--until-empty"))
     finally:
         gcs.report_cluster_config(autoscaler_pb2.ClusterConfig().SerializeToString())
     failed = jobs.get(cluster.db, job)
@@ -312,7 +288,7 @@ def test_without_knowing_the_node_types_a_waiting_actor_gives_its_shards_back_wi
         worker.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         worker.send_signal(signal.SIGTERM)
-        summary = _summary(worker)
+        summary = summary_of(worker)
     assert summary["interrupted"] is True
     shards = jobs.shards(cluster.db, job)
     assert all(s.status is ShardStatus.queued and s.attempts == 0 for s in shards)
@@ -330,7 +306,7 @@ def test_a_model_released_for_another_closes_its_engine_before_the_other_loads(
     first = make_job(cluster.db, model="gpu-first", **_as_gpu(events), iterations=3, priority=1).job_id
     second = make_job(cluster.db, model="gpu-second", **_as_gpu(events), iterations=3).job_id
 
-    summary = _summary(cluster.worker("--until-empty"))
+    summary = summary_of(cluster.worker("--until-empty"))
 
     assert jobs.get(cluster.db, first).status is JobStatus.done
     assert jobs.get(cluster.db, second).status is JobStatus.done

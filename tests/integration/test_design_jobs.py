@@ -5,22 +5,20 @@ fakes driven by each one at 200 trials."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select, text
 from support.designs import Window, check_trial
+from support.job_runs import dispatch
 
 from posbias.schemas import CurveAxis, CurveQuery, JobStatus, Submitted
 from posbias.service import curves, database, jobs, shards
 from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
 from posbias.service.settings import Settings
 from posbias.service.tables import Result, Shard, Trial
-from posbias.workers.testing import FakeTokenizer
+from posbias.workers.fake_engine import FakeTokenizer
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -45,14 +43,6 @@ DESIGNS: dict[str, dict[str, Any]] = {
 }
 
 
-def _dispatch(db: Database, settings: Settings) -> None:
-    dispatcher = Dispatcher(db, settings=settings)
-    try:
-        dispatcher.run(until_empty=True)
-    finally:
-        dispatcher.close()
-
-
 def test_every_design_runs_and_stores_what_its_prompts_asked(
     db: Database, make_job: Callable[..., Submitted], fast_settings: Callable[..., Settings]
 ) -> None:
@@ -60,7 +50,7 @@ def test_every_design_runs_and_stores_what_its_prompts_asked(
         name: make_job(db, batch_sizes=(4,), iterations=4, fake=FAKE, **fields).job_id
         for name, fields in DESIGNS.items()
     }
-    _dispatch(db, fast_settings(db.url))  # one fake model: one actor answers every job
+    dispatch(db, fast_settings(db.url))  # one fake model: one actor answers every job
 
     tokenizer = FakeTokenizer()  # what the fake engine's worker rendered with
     for name, job_id in submitted.items():
@@ -99,7 +89,7 @@ def test_curves_on_every_axis_and_the_views_for_a_sweep(
         iterations=20,
         fake=FAKE,
     ).job_id
-    _dispatch(db, fast_settings(db.url))
+    dispatch(db, fast_settings(db.url))
     query = CurveQuery(job_id=job)
 
     by_position = curves.curves(db, query, resamples=200)
@@ -145,11 +135,9 @@ def test_curves_on_every_axis_and_the_views_for_a_sweep(
 
 
 @pytest.fixture
-def sqlite_db(sqlite_template: Path, tmp_path: Path) -> Iterator[Database]:
+def sqlite_db(sqlite_url: str) -> Iterator[Database]:
     """One dialect is enough for the statistics: a fresh SQLite store."""
-    path = tmp_path / "explain.db"
-    shutil.copyfile(sqlite_template, path)
-    with database.connect(f"sqlite:///{path}") as opened:
+    with database.connect(sqlite_url) as opened:
         yield opened
 
 
@@ -186,7 +174,7 @@ def test_explain_names_the_cause_of_each_fake(
         ).job_id
         for cause, fields in CAUSES.items()
     }
-    _dispatch(sqlite_db, fast_settings(sqlite_db.url))
+    dispatch(sqlite_db, fast_settings(sqlite_db.url))
     for cause, job in submitted.items():
         (found,) = curves.explain(sqlite_db, [job], resamples=300)
         moving = {e.name for e in found.effects if e.distinguishable}

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import text
+from support.job_runs import dispatch, summary_of, worker_process
+from support.results import expected_rows, result_rows
+from support.waiting import wait_for
 
 from posbias.schemas import Submitted
 from posbias.service import jobs
@@ -24,32 +23,6 @@ from posbias.service.settings import Settings
 from posbias.service.tables import JobStatus, ShardStatus
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-
-def result_rows(db: Database, job_id: int) -> tuple[int, int]:
-    """(result rows, distinct (trial, position) pairs) of a job."""
-    with db.read() as session:
-        rows = session.execute(
-            text(
-                "SELECT count(*), count(DISTINCT trial_id * 1000 + position) FROM results WHERE job_id = :j"
-            ),
-            {"j": job_id},
-        ).one()
-    return int(rows[0]), int(rows[1])
-
-
-def expected_rows(db: Database, job_id: int) -> int:
-    """trials x N over the job: what a finished job must hold, exactly."""
-    spec = jobs.get(db, job_id).spec
-    return sum(spec.trials_per_batch_size(n) * n for n in spec.batch_sizes)
-
-
-def dispatch(db: Database, settings: Settings, **kwargs: Any) -> Any:
-    dispatcher = Dispatcher(db, settings=settings)
-    try:
-        return dispatcher.run(until_empty=True, **kwargs)
-    finally:
-        dispatcher.close()
 
 
 def test_a_job_of_several_batch_sizes_completes_with_exact_rows(
@@ -142,42 +115,6 @@ def test_a_model_that_fails_to_load_fails_its_job_and_others_carry_on(
 
 
 # --- dispatchers as processes, as users run them ------------------------------------------------------
-
-
-def worker_process(url: str, tmp_path: Path, *extra: str, **env: str) -> subprocess.Popen[str]:
-    environment = {
-        **os.environ,
-        "POSBIAS_DATABASE_URL": url,
-        "POSBIAS_CACHE_DIR": str(tmp_path / "cache"),
-        "POSBIAS_POLL_SECONDS": "0.05",
-        "POSBIAS_HEARTBEAT_SECONDS": "1",
-        "POSBIAS_LEASE_SECONDS": "4",
-        "RAY_ADDRESS": "",
-        **env,
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "posbias.cli", "worker", "--ray-address", "local", "--json", *extra],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # so the test can kill the driver and the Ray it started, together
-    )
-
-
-def wait_for(condition: Callable[[], bool], *, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.1)
-
-
-def summary_of(process: subprocess.Popen[str]) -> dict[str, Any]:
-    stdout, stderr = process.communicate(timeout=180)
-    assert process.returncode == 0, stderr
-    data: dict[str, Any] = json.loads(stdout)
-    return data
 
 
 @pytest.mark.postgres

@@ -15,21 +15,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.job_runs import answer_every_shard
 
-from posbias.schemas import PosbiasError, Submitted
-from posbias.service import export, queue, store
+from posbias.schemas import PosbiasError, ShardResult, Submitted
+from posbias.service import export, queries
 from posbias.service.database import Database
 from posbias.service.export import OutputExists, export_results
 
-LEASE_S = 60.0
-
 
 @pytest.fixture
-def job(db: Database, make_job: Callable[..., Submitted], answer: Callable[..., object]) -> int:
+def job(db: Database, make_job: Callable[..., Submitted], answer: Callable[..., ShardResult]) -> int:
     """A finished job: 4 iterations at batch sizes 2 and 3 (20 results)."""
     job_id = make_job(db).job_id
-    leases = queue.lease(db, owner="w", limit=10, lease_seconds=LEASE_S)
-    queue.complete(db, [answer(lease.shard) for lease in leases], owner="w")  # type: ignore[misc]
+    answer_every_shard(db, job_id, answer)
     return job_id
 
 
@@ -137,12 +135,12 @@ def test_an_export_that_fails_half_way_leaves_no_partial_file(
     db: Database, job: int, out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The store going away mid-export (the rows are streamed), after some rows were written.
-    real = store.export_results
+    real = queries.export_results
 
-    def failing(db: Database, job_id: int) -> Iterator[store.ExportRow]:
+    def failing(db: Database, job_id: int) -> Iterator[queries.ExportRow]:
         rows = real(db, job_id)
 
-        def stream() -> Iterator[store.ExportRow]:
+        def stream() -> Iterator[queries.ExportRow]:
             try:
                 yield next(rows)
                 raise OSError(errno.ECONNRESET, "connection to the store lost")

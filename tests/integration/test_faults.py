@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,38 +31,28 @@ import psycopg
 import pytest
 import ray
 from sqlalchemy import event, text
+from support.job_runs import worker_process
 from support.postgres import PostgresServer, running
+from support.results import expected_rows, result_rows
+from support.waiting import wait_for
 
 from posbias.schemas import ShardResult, Submitted
-from posbias.service import database, jobs
-from posbias.service.database import Database, StoreError
+from posbias.service import database, jobs, migrate
+from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
 from posbias.service.settings import Settings
+from posbias.service.store_errors import StoreError
 from posbias.service.tables import JobStatus
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-
-def result_rows(db: Database, job_id: int) -> tuple[int, int]:
-    """(result rows, distinct (trial, position) pairs) of a job."""
-    with db.read() as session:
-        rows = session.execute(
-            text(
-                "SELECT count(*), count(DISTINCT trial_id * 1000 + position) FROM results WHERE job_id = :j"
-            ),
-            {"j": job_id},
-        ).one()
-    return int(rows[0]), int(rows[1])
 
 
 def assert_done_exactly_once(db: Database, job_id: int) -> None:
     """The job is done, every (trial, position) written once, no shard dead or charged an attempt."""
     record = jobs.get(db, job_id)
     assert record.status is JobStatus.done, record.error
-    spec = record.spec
-    expected = sum(spec.trials_per_batch_size(n) * n for n in spec.batch_sizes)
     rows, distinct = result_rows(db, job_id)
-    assert rows == distinct == expected
+    assert rows == distinct == expected_rows(db, job_id)
     shards = jobs.shards(db, job_id)
     assert all(s.status.value == "done" for s in shards)
     assert all(s.attempts == 0 for s in shards), [(s.index, s.attempts, s.last_error) for s in shards]
@@ -107,18 +96,12 @@ class SqliteLimits:
         return Fault(on=on, off=off)
 
 
-def _admin(server: PostgresServer) -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        host=server.host, port=server.port, user="posbias", dbname="postgres", autocommit=True
-    )
-
-
 def postgres_read_only(server: PostgresServer, name: str) -> Fault:
     """Sessions of database `name` become read-only (as on a replica the store failed over to), and back."""
 
     def switch(on: bool) -> None:
         setting = "SET default_transaction_read_only = on" if on else "RESET default_transaction_read_only"
-        with _admin(server) as admin:
+        with server.connect() as admin:
             admin.execute(f'ALTER DATABASE "{name}" {setting}')
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
@@ -171,15 +154,12 @@ SLOW_JOB = {"batch_sizes": (2,), "iterations": 24, "shard_size": 1, "fake": {"de
 
 @pytest.mark.parametrize("mode", ["full", "read-only"])
 def test_a_sqlite_store_that_fills_up_or_turns_read_only_mid_run_is_waited_out(
-    tmp_path: Path,
-    sqlite_template: Path,
+    sqlite_url: str,
     make_job: Callable[..., Submitted],
     fast_settings: Callable[..., Settings],
     mode: str,
 ) -> None:
-    path = tmp_path / "posbias.db"
-    shutil.copyfile(sqlite_template, path)
-    with database.connect(f"sqlite:///{path}") as db:
+    with database.connect(sqlite_url) as db:
         job = make_job(db, **SLOW_JOB).job_id
         limits = SqliteLimits(db)
         run_through(db, fast_settings(db.url), job, limits.fault(mode))
@@ -195,11 +175,11 @@ def own_postgres() -> Iterator[PostgresServer]:
 
 def _fresh(server: PostgresServer, **create: str) -> tuple[str, str]:
     name = f"faults_{uuid.uuid4().hex[:10]}"
-    with _admin(server) as admin:
+    with server.connect() as admin:
         options = " ".join(f"{key} {value}" for key, value in create.items())
         admin.execute(f'CREATE DATABASE "{name}" {options}')
     url = server.url(name)
-    database.upgrade(url)
+    migrate.upgrade(url)
     return name, url
 
 
@@ -248,12 +228,10 @@ def test_a_postgres_store_whose_disk_fills_up_mid_run_is_waited_out(
         pytest.skip("needs a small file system for a tablespace (mounting a tmpfs needs root)")
     space = f"small_{uuid.uuid4().hex[:6]}"
     try:
-        with _admin(own_postgres) as admin:
+        with own_postgres.connect() as admin:
             admin.execute(f"CREATE TABLESPACE {space} LOCATION '{folder}'")
         name, url = _fresh(own_postgres, TABLESPACE=space)
-        filler = psycopg.connect(
-            host=own_postgres.host, port=own_postgres.port, user="posbias", dbname=name, autocommit=True
-        )
+        filler = own_postgres.connect(name)
         try:
 
             def fill() -> None:  # until the disk is full: what another tenant of the disk does
@@ -278,7 +256,7 @@ def test_a_postgres_store_whose_disk_fills_up_mid_run_is_waited_out(
         finally:
             filler.close()
         own_postgres.drop_database(name)
-        with _admin(own_postgres) as admin:
+        with own_postgres.connect() as admin:
             admin.execute(f"DROP TABLESPACE {space}")
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
@@ -286,14 +264,11 @@ def test_a_postgres_store_whose_disk_fills_up_mid_run_is_waited_out(
 
 
 def test_a_store_that_stays_down_ends_the_dispatcher_with_one_line_and_the_job_resumes_later(
-    tmp_path: Path,
-    sqlite_template: Path,
+    sqlite_url: str,
     make_job: Callable[..., Submitted],
     fast_settings: Callable[..., Settings],
 ) -> None:
-    path = tmp_path / "posbias.db"
-    shutil.copyfile(sqlite_template, path)
-    with database.connect(f"sqlite:///{path}") as db:
+    with database.connect(sqlite_url) as db:
         job = make_job(db, **SLOW_JOB).job_id
         limits = SqliteLimits(db)
         settings = fast_settings(db.url, store_outage_seconds=2.0, lease_seconds=3.0)
@@ -325,39 +300,9 @@ def test_a_store_that_stays_down_ends_the_dispatcher_with_one_line_and_the_job_r
 def worker(url: str, address: str, tmp_path: Path) -> subprocess.Popen[str]:
     """`posbias worker --until-empty` on the session's Ray, with a lease far longer than the test may take:
     a restart can only resume at once if the dead dispatcher's leases are reclaimed, not waited out."""
-    environment = {
-        **os.environ,
-        "POSBIAS_DATABASE_URL": url,
-        "POSBIAS_CACHE_DIR": str(tmp_path / "cache"),
-        "POSBIAS_POLL_SECONDS": "0.05",
-        "POSBIAS_HEARTBEAT_SECONDS": "1",
-        "POSBIAS_LEASE_SECONDS": "3600",
-        "RAY_ADDRESS": "",
-    }
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "posbias.cli",
-            "worker",
-            "--until-empty",
-            "--json",
-            "--ray-address",
-            address,
-        ],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return worker_process(
+        url, tmp_path, "--until-empty", ray_address=address, lease_seconds=3600, new_session=False
     )
-
-
-def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.mark.postgres
@@ -409,14 +354,11 @@ def test_a_dispatcher_killed_ten_times_in_one_job_finishes_it_exactly_once_witho
 
 
 def test_the_local_ray_a_killed_dispatcher_started_does_not_outlive_it(
-    tmp_path: Path, sqlite_template: Path, make_job: Callable[..., Submitted]
+    tmp_path: Path, sqlite_url: str, make_job: Callable[..., Submitted]
 ) -> None:
-    path = tmp_path / "posbias.db"
-    shutil.copyfile(sqlite_template, path)
-    url = f"sqlite:///{path}"
-    with database.connect(url) as db:
+    with database.connect(sqlite_url) as db:
         job = make_job(db, batch_sizes=(2,), iterations=200, shard_size=1, fake={"delay_s": 0.1}).job_id
-        process = worker(url, "local", tmp_path)
+        process = worker(sqlite_url, "local", tmp_path)
         wait_for(lambda: jobs.progress(db, job).trials_done > 0, timeout=120, what="the dispatcher to run")
         family = psutil.Process(process.pid).children(recursive=True)
         reapers = [p for p in family if "posbias.service.reaper" in " ".join(p.cmdline())]

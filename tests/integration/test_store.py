@@ -11,12 +11,14 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
+from support.job_runs import answer_every_shard
 
 from posbias.schemas import NotFoundError, ShardResult, Submitted
-from posbias.service import jobs, queue, store
-from posbias.service.analysis import wilson_interval
-from posbias.service.database import Database, normalise_url
-from posbias.service.store import PositionCount
+from posbias.service import jobs, queries, queue
+from posbias.service.database import Database
+from posbias.service.database_url import normalise_url
+from posbias.service.intervals import wilson_interval
+from posbias.service.queries import PositionCount
 from posbias.service.tables import JobStatus, ShardStatus
 
 MakeJob = Callable[..., Submitted]
@@ -27,11 +29,6 @@ LEASE_S = 60.0
 def _count(db: Database, table: str) -> int:
     with db.read() as session:
         return int(session.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
-
-
-def _run_job(db: Database, answer: Answer, job_id: int, **how: Callable[..., bool]) -> None:
-    for lease in queue.lease(db, owner="w1", limit=100, lease_seconds=LEASE_S, job_ids=[job_id]):
-        assert queue.complete(db, [answer(lease.shard, **how)], owner="w1")[0].written
 
 
 # --- writing ------------------------------------------------------------------------------------------
@@ -54,7 +51,7 @@ def test_writing_every_shard_finishes_the_job(db: Database, make_job: MakeJob, a
     assert _count(db, "results") == 4 * 2 + 4 * 3
     progress = jobs.progress(db, job_id)
     assert (progress.trials_done, progress.finished) == (8, True)
-    (model,) = store.list_models(db)
+    (model,) = queries.list_models(db)
     assert (model.name, model.revision, model.sliding_window_layers) == ("fake/model", None, (0, 2))
 
 
@@ -64,12 +61,12 @@ def test_a_redelivered_result_is_written_once(db: Database, make_job: MakeJob, a
     result = answer(lease.shard)
 
     assert queue.complete(db, [result], owner="w1")[0].written
-    counts = store.curve_counts(db, job_id=job_id)
+    counts = queries.curve_counts(db, job_id=job_id)
     again = queue.complete(db, [result], owner="w1")[0]
 
     assert not again.written and again.reason == f"shard {lease.shard_id} is already done"
     assert _count(db, "results") == 4
-    assert store.curve_counts(db, job_id=job_id) == counts
+    assert queries.curve_counts(db, job_id=job_id) == counts
 
 
 def test_a_late_result_after_the_lease_moved_on_is_discarded(
@@ -115,12 +112,12 @@ def test_a_result_that_does_not_match_its_shard_writes_nothing(
 
 def test_skipped_trials_have_no_results(db: Database, make_job: MakeJob, answer: Answer) -> None:
     job_id = make_job(db, iterations=2, batch_sizes=(3,)).job_id
-    _run_job(db, answer, job_id, skip=lambda trial: trial == 0)
+    answer_every_shard(db, job_id, answer, skip=lambda trial: trial == 0)
 
     progress = jobs.progress(db, job_id)
     assert (progress.trials_done, progress.trials_skipped) == (1, 1)
     assert _count(db, "results") == 3
-    assert [c.n for c in store.curve_counts(db, job_id=job_id)] == [1, 1, 1]
+    assert [c.n for c in queries.curve_counts(db, job_id=job_id)] == [1, 1, 1]
     assert jobs.shards(db, job_id)[0].status is ShardStatus.done
 
 
@@ -144,41 +141,41 @@ def _expected_counts(batch_size: int, trials: int, *, right: Callable[[int], boo
 
 def test_curve_counts_by_job_and_by_model(db: Database, make_job: MakeJob, answer: Answer) -> None:
     even = make_job(db, iterations=3).job_id
-    _run_job(db, answer, even)  # even positions right
+    answer_every_shard(db, even, answer)  # even positions right
     later = make_job(db, iterations=3, seed=9).job_id
-    _run_job(db, answer, later, correct=lambda trial, position: True)
+    answer_every_shard(db, later, answer, correct=lambda trial, position: True)
     other = make_job(db, model="fake/other").job_id
-    _run_job(db, answer, other)
+    answer_every_shard(db, other, answer)
 
-    assert store.curve_counts(db, job_id=even, batch_size=3) == _expected_counts(
+    assert queries.curve_counts(db, job_id=even, batch_size=3) == _expected_counts(
         3, 3, right=lambda p: p % 2 == 0
     )
-    by_model = store.curve_counts(db, model="fake/model", batch_size=2)
+    by_model = queries.curve_counts(db, model="fake/model", batch_size=2)
     assert [(c.position, c.n, c.n_correct) for c in by_model] == [(1, 6, 3), (2, 6, 6)]
-    assert [(c.batch_size, c.position) for c in store.curve_counts(db, model="fake/model")] == [
+    assert [(c.batch_size, c.position) for c in queries.curve_counts(db, model="fake/model")] == [
         (2, 1),
         (2, 2),
         (3, 1),
         (3, 2),
         (3, 3),
     ]
-    assert store.matching_jobs(db, model="fake/model") == [even, later]
-    assert store.matching_jobs(db, model="fake/model", revision="main") == []
-    assert store.curve_counts(db, model="nobody") == []
+    assert queries.matching_jobs(db, model="fake/model") == [even, later]
+    assert queries.matching_jobs(db, model="fake/model", revision="main") == []
+    assert queries.curve_counts(db, model="nobody") == []
 
 
 def test_unparsed_answers_count_as_wrong_and_lower_the_parse_rate(
     db: Database, make_job: MakeJob, answer: Answer
 ) -> None:
     job_id = make_job(db, iterations=4, batch_sizes=(2,)).job_id
-    _run_job(
+    answer_every_shard(
         db,
-        answer,
         job_id,
+        answer,
         correct=lambda trial, position: True,
         unparsed=lambda trial, position: position == 1 and trial < 3,
     )
-    first, second = store.curve_counts(db, job_id=job_id)
+    first, second = queries.curve_counts(db, job_id=job_id)
     assert (first.n, first.n_correct, first.n_parsed) == (4, 1, 1)
     assert (second.n, second.n_correct, second.n_parsed) == (4, 4, 4)
 
@@ -200,10 +197,10 @@ def test_the_position_curve_view_answers_plain_sql(
     job_id = make_job(db, iterations=4, batch_sizes=(4,), shard_size=1).job_id
     # Right at position 1 in no trial, at 2 in 3 of 4, at 3 in all but trial 0, where it did not parse;
     # at 4 in every trial.
-    _run_job(
+    answer_every_shard(
         db,
-        answer,
         job_id,
+        answer,
         correct=lambda trial, position: position >= 3 or (position == 2 and trial < 3),
         unparsed=lambda trial, position: (trial, position) == (0, 3),
     )
@@ -233,11 +230,11 @@ def test_the_position_curve_view_answers_plain_sql(
 
 def test_trial_data_has_one_row_per_answered_trial(db: Database, make_job: MakeJob, answer: Answer) -> None:
     a = make_job(db, iterations=3, batch_sizes=(2,)).job_id
-    _run_job(db, answer, a, skip=lambda trial: trial == 1)
+    answer_every_shard(db, a, answer, skip=lambda trial: trial == 1)
     b = make_job(db, iterations=2, batch_sizes=(2,), seed=4).job_id
-    _run_job(db, answer, b, correct=lambda trial, position: trial == 0)
+    answer_every_shard(db, b, answer, correct=lambda trial, position: trial == 0)
 
-    data = store.trial_data(db, job_ids=[a, b], batch_size=2)
+    data = queries.trial_data(db, job_ids=[a, b], batch_size=2)
 
     assert (data.batch_size, data.jobs, data.duplicates, data.cluster_unit) == (2, (a, b), 0, "trial")
     assert data.correct.tolist() == [[0.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
@@ -248,43 +245,43 @@ def test_pooled_jobs_that_share_their_trials_count_them_once(
     db: Database, make_job: MakeJob, answer: Answer
 ) -> None:
     first = make_job(db, iterations=3, batch_sizes=(2,)).job_id
-    _run_job(db, answer, first)
+    answer_every_shard(db, first, answer)
     again = make_job(db, iterations=3, batch_sizes=(2,), priority=1).job_id  # same seed: the same trials
-    _run_job(db, answer, again)
+    answer_every_shard(db, again, answer)
 
-    data = store.trial_data(db, job_ids=[first, again], batch_size=2)
+    data = queries.trial_data(db, job_ids=[first, again], batch_size=2)
     assert (data.trials, data.duplicates) == (3, 3)
-    assert store.trial_data(db, job_ids=[again], batch_size=2).trials == 3
+    assert queries.trial_data(db, job_ids=[again], batch_size=2).trials == 3
 
 
 def test_token_distance_rows(db: Database, make_job: MakeJob, answer: Answer) -> None:
     job_id = make_job(db, iterations=1, batch_sizes=(2, 3)).job_id
-    _run_job(db, answer, job_id)
+    answer_every_shard(db, job_id, answer)
 
-    rows = store.token_distance_rows(db, job_ids=[job_id], batch_size=2)
+    rows = queries.token_distance_rows(db, job_ids=[job_id], batch_size=2)
 
     assert sorted((r.token_distance, r.correct, r.parsed, r.gold_prob) for r in rows) == [
         (7, True, True, pytest.approx(0.9)),
         (102, False, True, pytest.approx(0.1)),
     ]
     assert len({r.trial_id for r in rows}) == 1
-    assert len(store.token_distance_rows(db, job_ids=[job_id])) == 5
+    assert len(queries.token_distance_rows(db, job_ids=[job_id])) == 5
 
 
 def test_export_streams_every_result_in_trial_order(db: Database, make_job: MakeJob, answer: Answer) -> None:
     job_id = make_job(db).job_id
-    _run_job(db, answer, job_id)
+    answer_every_shard(db, job_id, answer)
 
-    rows = list(store.export_results(db, job_id))
+    rows = list(queries.export_results(db, job_id))
 
     assert len(rows) == 4 * 2 + 4 * 3
     assert [(r.trial_index, r.position) for r in rows[:5]] == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1)]
     first = rows[0]
-    assert first._fields == store.EXPORT_COLUMNS
+    assert first._fields == queries.EXPORT_COLUMNS
     assert (first.job_id, first.batch_size, first.iteration, first.parse_status) == (job_id, 2, 0, "ok")
     assert first.prompt_tokens == 200
     assert first.option_probs is not None
     assert first.option_probs == pytest.approx([0.1 if i == first.gold else 0.0 for i in range(4)])
     assert first.predicted is not None and first.correct is False and first.predicted != first.gold
     with pytest.raises(NotFoundError):
-        store.export_results(db, job_id + 1)
+        queries.export_results(db, job_id + 1)

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from support.job_runs import answer_every_shard
 
 from posbias.schemas import ConflictError, CurveAxis, CurveQuery, NotFoundError, ShardResult, Submitted
 from posbias.schemas.schedule import RegressionRule, Verdict
-from posbias.service import curves, jobs, queue, verdicts
+from posbias.service import curves, jobs, verdicts
 from posbias.service.database import Database
 from posbias.service.dispatcher import Dispatcher
 from posbias.service.plot import plot_curves
@@ -99,13 +100,6 @@ def test_variants_answer_the_same_trials_and_compare_paired(
         curves.curves(db, CurveQuery(job_id=job, variant="global-only"))
 
 
-def finish(db: Database, job_id: int, answer: Answer, *, correct: Callable[[int, int], bool]) -> None:
-    """Answer every shard of `job_id` as a worker would, through the queue."""
-    while leases := queue.lease(db, owner="test", limit=16, lease_seconds=60, job_ids=[job_id]):
-        results = [answer(lease.shard, correct=correct) for lease in leases]
-        assert all(w.written for w in queue.complete(db, results, owner="test"))
-
-
 def test_a_schedule_verdict_judges_each_variant_against_the_same_variant(
     db: Database, make_job: Callable[..., Submitted], answer: Answer
 ) -> None:
@@ -116,9 +110,9 @@ def test_a_schedule_verdict_judges_each_variant_against_the_same_variant(
     def usual(trial: int, position: int) -> bool:
         return (trial + position) % 3 != 0
 
-    finish(db, base, answer, correct=usual)
+    answer_every_shard(db, base, answer, correct=usual)
     # The candidate's late-drop variant (trials 30-59) answers the last position wrong; its baseline does not.
-    finish(db, cand, answer, correct=lambda t, p: usual(t, p) and not (t >= 30 and p == 4))
+    answer_every_shard(db, cand, answer, correct=lambda t, p: usual(t, p) and not (t >= 30 and p == 4))
 
     outcome = verdicts.compare_jobs(
         db, baseline_job=base, candidate_job=cand, rule=RegressionRule(max_drop=10)

@@ -368,14 +368,6 @@ def silent_server() -> Iterator[int]:
         server.close()
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (free a moment ago)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 # --- the cases ------------------------------------------------------------------------------------------
 
 Template = Callable[[random.Random, Context], Case]
@@ -1019,10 +1011,10 @@ def ray_address(rng: random.Random, context: Context) -> Case:
 def prepare_store(url: str, *, mmlu_dir: Path, cache_dir: Path) -> int:
     """Migrate the store at `url` and submit one small fake-engine job (queued, no results); its id."""
     import posbias.api as api
-    from posbias.service import database
+    from posbias.service import migrate
     from posbias.service.settings import Settings
 
-    database.upgrade(url)
+    migrate.upgrade(url)
     settings = Settings(database_url=url, mmlu_dir=mmlu_dir, cache_dir=cache_dir)
     return api.submit(dict(VALID_SPEC), settings=settings).job_id
 

@@ -12,9 +12,9 @@ import atexit
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from posbias.schemas import PosbiasError
+from support.ports import free_port
 
 SUPERUSER = "posbias"
 START_ATTEMPTS = 3  # a free port can be taken by someone else between finding it and binding it
@@ -64,9 +65,10 @@ class PostgresServer:
         """SQLAlchemy URL of `database` on this server (psycopg 3)."""
         return f"postgresql+psycopg://{SUPERUSER}@{self.host}:{self.port}/{database}"
 
-    def _admin(self) -> psycopg.Connection[tuple[object, ...]]:
+    def connect(self, database: str = "postgres") -> psycopg.Connection[tuple[object, ...]]:
+        """An autocommit psycopg connection to `database` as the superuser (close it, or use it in `with`)."""
         return psycopg.connect(
-            host=self.host, port=self.port, user=SUPERUSER, dbname="postgres", autocommit=True
+            host=self.host, port=self.port, user=SUPERUSER, dbname=database, autocommit=True
         )
 
     def create_database(self, name: str, *, template: str | None = None) -> str:
@@ -74,16 +76,27 @@ class PostgresServer:
         statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
         if template is not None:
             statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
-        with self._admin() as connection:
+        with self.connect() as connection:
             connection.execute(statement)
         return self.url(name)
 
     def drop_database(self, name: str) -> None:
         """Drop database `name`, disconnecting anyone still on it."""
-        with self._admin() as connection:
+        with self.connect() as connection:
             connection.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+    @contextmanager
+    def scratch_database(self, prefix: str, *, template: str | None = None) -> Iterator[str]:
+        """A new database `PREFIX_<random hex>` (a copy of `template` when given) for a `with` block: its
+        URL. It is dropped afterwards."""
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        url = self.create_database(name, template=template)
+        try:
+            yield url
+        finally:
+            self.drop_database(name)
 
     def halt(self) -> None:
         """Shut the server down (fast: sessions are cut) and keep its files, as a restart or a crash of
@@ -166,13 +179,6 @@ def _check_reachable(folder: Path, user: pwd.struct_passwd) -> None:
             )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _run(command: list[str | Path], *, run_as: pwd.struct_passwd | None) -> None:
     ids: dict[str, Any] = (
         {} if run_as is None else {"user": run_as.pw_uid, "group": run_as.pw_gid, "extra_groups": []}
@@ -215,7 +221,7 @@ def start(*, settings: Mapping[str, str] = FAST_SETTINGS, bindir: Path | None = 
         )
         options = [f"-c {key}={value}" for key, value in settings.items()]
         for attempt in range(START_ATTEMPTS):
-            port = _free_port()
+            port = free_port()
             server_options = [
                 f"-p {port}",
                 "-c listen_addresses=127.0.0.1",
