@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 target=build/typecheck
-rm -rf "$target"
+rm -rf "$target" build/lib   # build/lib: setuptools stages files there and would carry a deleted module along
 python -m pip install --quiet --no-deps --no-build-isolation --no-compile --target "$target" . >/dev/null
 status=0
 (cd "$target" && python -m mypy --config-file "$repo/pyproject.toml" --cache-dir "$repo/.mypy_cache" -p posbias) \

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,3 +178,145 @@ def test_test_modules_have_unique_names() -> None:
     # another folder stops the whole suite at collection.
     names = [path.name for path in (REPO / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def _module_name(path: Path) -> str:
+    """`service/queue.py` -> `posbias.service.queue`; `posbias/cli/app.py` -> `posbias.cli.app`."""
+    parts = path.relative_to(REPO).with_suffix("").parts
+    if parts[0] != "posbias":
+        parts = ("posbias", *parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _product_modules() -> dict[str, Path]:
+    paths = [*PACKAGE.rglob("*.py"), *(p for f in FOLDERS for p in _modules(f))]
+    return {_module_name(path): path for path in paths}
+
+
+def _top_level_imports(path: Path, known: Collection[str]) -> set[str]:
+    """The posbias modules `path` imports when it is imported: statements at module level, outside `if
+    TYPE_CHECKING:` (annotations only); `from a import b` counts `a.b` when that is a module, else `a`."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+            elif isinstance(node, ast.If | ast.Try | ast.With):
+                for block in ("body", "orelse", "finalbody", "handlers"):
+                    for part in getattr(node, block, []):
+                        visit(part.body if isinstance(part, ast.ExceptHandler) else [part])
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name in known)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    found.add(name if name in known else node.module)
+
+    visit(ast.parse(path.read_text()).body)
+    return {name for name in found if name in known}
+
+
+def _cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while (top := stack.pop()) != node:
+                component.append(top)
+            component.append(node)
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _product_modules()
+    # A package's own __init__ is imported before any of its modules: an edge to it is no cycle by itself.
+    return {
+        name: {other for other in _top_level_imports(path, modules) if other != name}
+        for name, path in modules.items()
+    }
+
+
+def test_no_import_cycles_among_posbias_modules() -> None:
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from posbias.service import queue\nif TYPE_CHECKING:\n    from posbias.service import jobs\n"
+        "def later():\n    from posbias.service import jobs\n"
+    )
+    known = {"posbias.service", "posbias.service.queue", "posbias.service.jobs"}
+    assert _top_level_imports(probe, known) == {"posbias.service.queue"}
+
+
+def test_the_store_only_moves_rows() -> None:
+    # The queue decides (a shard's status, the job's that follows it) and hands the store the rows it locked.
+    # Lazy imports count here: the store must not reach up even inside a function.
+    store = [path for path in _modules("service") if path.stem.startswith("store")]
+    assert store, "no store module found"
+    assert _offending(store, forbidden=("posbias.service.jobs", "posbias.service.queue")) == []
+
+
+def test_the_cli_stands_on_the_api_alone() -> None:
+    # Everything a command does is one call of the public API; the CLI renders what it returns.
+    allowed = ("posbias", "posbias.api", "posbias.schemas", "posbias.cli")
+    offending = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in _modules("cli")
+        for name in sorted(_imports(path))
+        if name.startswith("posbias.") and not any(name == a or name.startswith(a + ".") for a in allowed[1:])
+    ]
+    assert offending == []
+    below = [*PACKAGE.glob("*.py"), *(p for f in FOLDERS for p in _modules(f))]
+    assert _offending(below, forbidden=("posbias.cli",)) == []
+
+
+def test_importing_posbias_imports_no_command() -> None:
+    probe = "import sys, posbias\nprint(sorted(m for m in sys.modules if m.startswith('posbias.')))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert "posbias.cli" not in done.stdout, done.stdout
+
+
+# A module over 500 lines or a class over 300 is one that holds several nouns, unless it is listed here with
+# the reason one noun needs more.
+LONG_MODULES: dict[str, str] = {}
+LONG_CLASSES: dict[str, str] = {}
+
+
+def test_modules_and_classes_stay_readable() -> None:
+    long_modules, long_classes = [], []
+    for name, path in sorted(_product_modules().items()):
+        if name.startswith("posbias.migrations.versions"):
+            continue  # history is not refactored
+        text = path.read_text()
+        if text.count("\n") > 500 and name not in LONG_MODULES:
+            long_modules.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                size = node.end_lineno - node.lineno + 1
+                if size > 300 and f"{name}.{node.name}" not in LONG_CLASSES:
+                    long_classes.append(f"{name}.{node.name}: {size} lines")
+    assert long_modules == [] and long_classes == []
