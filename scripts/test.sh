@@ -25,4 +25,10 @@ fi
 ruff check .
 ruff format --check .
 scripts/typecheck.sh   # mypy over the package as installed (see the script)
-python -m pytest tests --durations=40 "$@"
+# The per-tier totals (unit, integration, engine, served, deploy, e2e) print after the 40 slowest tests,
+# whether the run passed or not.
+mkdir -p build && rm -f build/junit.xml
+status=0
+python -m pytest tests --durations=40 --junitxml=build/junit.xml "$@" || status=$?
+[ -f build/junit.xml ] && python scripts/tier_times.py build/junit.xml
+exit "$status"
