@@ -1,1 +1,1 @@
-"""The control plane: settings, store, queue, planner, dispatcher, scheduler, analysis and the CLI."""
+"""The control plane: settings, store, queue, planner, dispatcher, pools, scheduler and the analysis."""
