@@ -122,6 +122,22 @@ def test_a_schedule_from_add_to_remove(posbias: Posbias, tmp_path: Path, webhook
         ("checkpoint-3000", "pending"),
     ]
     assert "checkpoint-3000" in posbias("schedule", "show", "nightly").stdout
+    pending = posbias("schedule", "tick", "--fail-on-regression", check=False, POSBIAS_WEBHOOK_URL=url)
+    assert pending.code == 1, pending.stderr  # a pending checkpoint does not lift the gate
+
+    # checkpoint-3000 is the baseline's model again: once it is judged a pass, the gate opens (exit 0).
+    assert posbias("worker", "--until-empty", "--json").json()["trials_done"] == 100
+    cleared = posbias("schedule", "tick", "--fail-on-regression", check=False, POSBIAS_WEBHOOK_URL=url)
+    assert cleared.code == 0, cleared.stderr
+    assert "checkpoint-3000: pass" in cleared.stdout and cleared.error_lines == []
+    assert received[-1]["checkpoint"] == "checkpoint-3000" and received[-1]["verdict"] == "pass"
+    assert len(received) == 3
+    still = posbias(
+        "schedule", "tick", "--fail-on-regression", "--json", check=False, POSBIAS_WEBHOOK_URL=url
+    )
+    assert still.code == 0 and still.json()["schedules"][0]["settled"] == []
+    shown = posbias("schedule", "show", "nightly", "--json").json()
+    assert [c["verdict"] for c in shown["checkpoints"]] == ["baseline", "regression", "pass"]
 
     assert posbias("schedule", "remove", "nightly", "--json").json()["checkpoints"] == 3
     assert posbias("schedule", "list", "--json").json() == []

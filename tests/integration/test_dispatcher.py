@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import text
 from support.job_runs import dispatch, summary_of, worker_process
 from support.results import expected_rows, result_rows
@@ -124,17 +125,30 @@ def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
     from posbias.service import database
 
     with database.connect(postgres_url) as db:
-        job = make_job(db, batch_sizes=(2, 4), iterations=40, shard_size=1, fake={"delay_s": 0.1}).job_id
-        shards = len(jobs.shards(db, job))
-        workers = [worker_process(postgres_url, tmp_path, "--until-empty") for _ in range(2)]
+        # Both are polling before the job exists (however long each Ray takes to start), so each leases a
+        # shard at its first poll after the submit: neither can have finished 80 shards by then.
+        workers = [worker_process(postgres_url, tmp_path) for _ in range(2)]
+        try:
+            wait_for(lambda: _dispatchers(db) == 2, timeout=240, what="two dispatchers polling")
+            job = make_job(db, batch_sizes=(2, 4), iterations=40, shard_size=1, fake={"delay_s": 0.1}).job_id
+            shards = len(jobs.shards(db, job))
+            wait_for(lambda: jobs.get(db, job).status is JobStatus.done, what="the job done")
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
         summaries = [summary_of(w) for w in workers]
 
-        assert jobs.get(db, job).status is JobStatus.done
         written = [s["shards_written"] for s in summaries]
         assert sum(written) == shards
         assert all(w > 0 for w in written), f"one dispatcher did all the work: {written}"
         rows, distinct = result_rows(db, job)
         assert rows == distinct == expected_rows(db, job)
+
+
+def _dispatchers(db: Database) -> int:
+    """Dispatchers registered in the store: each registers as its loop starts."""
+    with db.read() as session:
+        return int(session.execute(text("SELECT count(*) FROM dispatchers")).scalar_one())
 
 
 # SQLite here: on PostgreSQL, tests/integration/test_faults.py kills a dispatcher ten times in one job.
@@ -172,7 +186,13 @@ def test_sigterm_stops_leasing_finishes_in_flight_and_exits_cleanly(
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(2,), iterations=30, shard_size=1, fake={"delay_s": 0.3}).job_id
         process = worker_process(database_url, tmp_path, "--until-empty")
-        wait_for(lambda: jobs.progress(db, job).trials_done >= 1)
+        in_flight: list[int] = []
+
+        def running() -> bool:
+            in_flight[:] = _leased(db, job)
+            return bool(in_flight) and jobs.progress(db, job).trials_done >= 1
+
+        wait_for(running, what="a shard in flight after one done")
         process.send_signal(signal.SIGTERM)
         summary = summary_of(process)
 
@@ -181,6 +201,60 @@ def test_sigterm_stops_leasing_finishes_in_flight_and_exits_cleanly(
         assert progress.shards[ShardStatus.leased] == 0, "a stopped dispatcher must not keep leases"
         assert 1 <= progress.trials_done < 30
         assert progress.shards[ShardStatus.queued] == 30 - progress.trials_done
+        # The shards in flight when the signal came (leased a moment before it) were finished, not given
+        # back: each is done with its two answers, written once.
+        status = {s.id: s.status for s in jobs.shards(db, job)}
+        assert [status[shard] for shard in in_flight] == [ShardStatus.done] * len(in_flight)
+        assert _answers_by_shard(db, in_flight) == {shard: 2 for shard in in_flight}
         rows, distinct = result_rows(db, job)
         assert rows == distinct == 2 * progress.trials_done
         assert all(s.attempts == 0 and s.lapses == 0 for s in jobs.shards(db, job))
+
+
+def test_a_drain_of_posbias_drain_seconds_0_gives_in_flight_shards_back_at_once(
+    db: Database,
+    make_job: Callable[..., Submitted],
+    fast_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A shard takes 30 s here, so one that is back in the queue when the dispatcher returns was given back,
+    # not finished: with no drain allowed, a stop does not wait for it.
+    monkeypatch.setenv("POSBIAS_DRAIN_SECONDS", "0")
+    settings = fast_settings(db.url)
+    assert settings.drain_seconds == 0
+    job = make_job(db, batch_sizes=(2,), iterations=2, shard_size=1, fake={"delay_s": 30}).job_id
+    dispatcher = Dispatcher(db, settings=settings)
+    in_flight: list[int] = []
+
+    def stop_once_in_flight() -> None:
+        wait_for(lambda: bool(dispatcher.writes.busy), what="a shard sent to an actor")
+        in_flight[:] = _leased(db, job)
+        dispatcher.request_stop()
+
+    stopper = threading.Thread(target=stop_once_in_flight)
+    stopper.start()
+    try:
+        summary = dispatcher.run(until_empty=True)
+    finally:
+        stopper.join()
+        dispatcher.close()
+
+    assert summary.interrupted and summary.shards_written == 0
+    assert in_flight
+    assert [s.status for s in jobs.shards(db, job)] == [ShardStatus.queued] * 2
+    assert result_rows(db, job) == (0, 0)
+    assert all(s.attempts == 0 and s.lease_owner is None for s in jobs.shards(db, job))
+
+
+def _leased(db: Database, job_id: int) -> list[int]:
+    return [s.id for s in jobs.shards(db, job_id) if s.status is ShardStatus.leased]
+
+
+def _answers_by_shard(db: Database, shard_ids: list[int]) -> dict[int, int]:
+    """Result rows per shard, for `shard_ids`."""
+    query = text(
+        "SELECT t.shard_id, count(*) FROM results r JOIN trials t ON t.id = r.trial_id "
+        "WHERE t.shard_id IN :ids GROUP BY t.shard_id"
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    with db.read() as session:
+        return {int(shard): int(count) for shard, count in session.execute(query, {"ids": shard_ids})}

@@ -121,12 +121,28 @@ def _someone_waits_on_a_lock(db: Database) -> bool:
         return bool(session.execute(sa.text(query)).scalar_one())
 
 
-def test_submit_stores_questions_once_across_jobs(db: Database, make_job: MakeJob) -> None:
-    make_job(db)
+def test_submit_stores_questions_once_across_jobs(
+    db: Database, make_job: MakeJob, pool: QuestionPool
+) -> None:
+    def stored() -> list[str]:
+        with db.read() as session:
+            return list(session.execute(sa.text("SELECT id FROM questions ORDER BY id")).scalars())
+
+    def planned(seed: int) -> set[str]:
+        spec = {"model": "fake/model", "batch_sizes": (2, 3), "iterations": 4, "shard_size": 2, "seed": seed}
+        return set(
+            planner.plan(JobSpec.model_validate({**spec, "engine": {"name": "fake"}}), pool=pool).questions
+        )
+
+    first, second = planned(0), planned(1)
+    assert first & second and second - first  # the two jobs share some questions, not all
+    make_job(db, seed=0)
+    assert stored() == sorted(first)
+    make_job(db, seed=0, iterations=3)  # a new job over questions all stored already
+    assert stored() == sorted(first)
     make_job(db, seed=1)
-    with db.read() as session:
-        assert session.execute(sa.text("SELECT count(*) FROM questions")).scalar_one() <= 60
-    assert len(jobs.find(db)) == 2
+    assert stored() == sorted(first | second)  # each shared question once
+    assert len(jobs.find(db)) == 3
 
 
 # --- lease --------------------------------------------------------------------------------------------

@@ -194,6 +194,34 @@ def test_the_regression_adjusts_for_question_difficulty() -> None:
     assert effect.low < 0.3 < effect.high  # type: ignore[operator]
 
 
+def test_the_difficulty_adjustment_removes_a_confounded_difficulty_that_the_unadjusted_fit_keeps() -> None:
+    # Easier questions tend to be shown later (the order is sorted on difficulty plus noise), so an unadjusted
+    # fit reads the questions' difficulty as a position effect. The true first-to-last effect is 0.2.
+    rng = np.random.default_rng(5)
+    trials, n, pool = 400, 10, 100
+    hardness = rng.standard_normal(pool)
+    picks = [rng.choice(pool, n, replace=False) for _ in range(trials)]
+    questions = np.array([p[np.argsort(-0.3 * hardness[p] + rng.standard_normal(n))] for p in picks])
+    correct = latent_correct(
+        np.broadcast_to(np.linspace(0.4, 0.6, n), (trials, n)),
+        question=hardness[questions],
+        prompt=0.0,
+        noise=rng.standard_normal((trials, n)),
+        question_effect=0.8,
+        prompt_effect=0.0,
+    ).astype(float)
+    keys = [tuple(map(str, q)) for q in questions]
+    adjusted = position_regression(TrialData.from_arrays(correct, questions=questions, keys=keys))
+    # Without question codes every answer is its own question: the covariate is 0 and is left out.
+    unadjusted = position_regression(TrialData.from_arrays(correct))
+    assert adjusted is not None and unadjusted is not None
+    (_, fixed), (_, naive) = adjusted, unadjusted
+    assert fixed.estimate is not None and naive.estimate is not None and naive.low is not None
+    assert abs(fixed.estimate - 0.2) < 0.06  # about 3 standard errors (0.018)
+    assert naive.low > 0.3  # the unadjusted interval is far from the truth
+    assert abs(naive.estimate - 0.2) > 3 * abs(fixed.estimate - 0.2)
+
+
 def test_a_curve_compared_with_itself_differs_by_exactly_zero() -> None:
     data = _data(np.random.default_rng(1), np.linspace(0.3, 0.6, 12), trials=60)
     found = comparison.compare(data, data, labels=("a", "a"), resamples=300)
