@@ -3,20 +3,27 @@ stores, and CI must run its test command."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import text
 from typer.testing import CliRunner
 
+from posbias.cli import app as cli
 from posbias.cli.app import app
 from posbias.service import database
+from posbias.service.submission import SAMPLE_TRIALS
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -113,10 +120,200 @@ def test_the_from_python_example_runs_as_written(tmp_path: Path, mmlu_dir: Path)
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert int(lines[0]) > 0  # the dry run's prompt tokens
     assert lines[1] == "done 40 trials"
+    # The dry run counts the first SAMPLE_TRIALS prompts with the tokenizer and scales their mean to the job:
+    # exactly what the run then stored for those prompts.
+    with database.connect(env["POSBIAS_DATABASE_URL"]) as db, db.read() as session:
+        stored = list(
+            session.execute(
+                text('SELECT prompt_tokens FROM trials WHERE job_id = 1 ORDER BY "index"')
+            ).scalars()
+        )
+    assert len(stored) == 40 and SAMPLE_TRIALS < 40
+    assert int(lines[0]) == round(statistics.fmean(stored[:SAMPLE_TRIALS]) * 40)
+    assert abs(int(lines[0]) - sum(stored)) < 0.05 * sum(stored)
     table = "\n".join(lines[2:])
     assert "position" in table and "ci_low" in table
     # Two jobs of one spec hold the same trials, and the fake engine answers a prompt the same way each time.
     diffs = [line.split()[-1] for line in lines if line.split() and line.split()[0].isdigit()][-10:]
     assert diffs == ["0.0"] * 10, done.stdout
+
+
+# --- the README's commands run for real, on the fake engine, into SQLite ---------------------------------
+#
+# One worker process (a Ray start) runs two jobs; every other command runs in this process.
+
+GEMMA_LIKE = next(words for words in readme_commands() if "fake/gemma-like" in words)
+# Architecture variants need vLLM (the fake has no architecture to change); the fake's own variants change
+# its curve, which is what `compare A:V A:W` and a variant dry run show the same way.
+VARIANTS = {
+    "model": "fake/gemma-like",
+    "engine": {"name": "fake"},
+    "fake": {"depends_on": "token-distance", "first": 0.65, "last": 0.35, "window": 1000},
+    "batch_sizes": [10],
+    "iterations": 5,  # 5 sets x 2 variants at each filler length: the dry run's sample is the whole job
+    "answer_order": "random",
+    "filler": {"tokens": [0, 800]},
+    "variants": ["baseline", {"name": "late-drop", "fake": {"last": 0.1}}],
+}
+
+
+def in_process(monkeypatch: pytest.MonkeyPatch, folder: Path, *args: str) -> str:
+    """`posbias ARGS` in this process, in `folder`; its stdout. It must succeed and say nothing on stderr."""
+    monkeypatch.chdir(folder)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.run(list(args))
+    assert code == 0 and err.getvalue() == "", (args, err.getvalue())
+    return out.getvalue()
+
+
+def test_the_readme_commands_run_and_say_what_it_shows(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mmlu_dir: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'posbias.db'}"
+    env = {
+        "POSBIAS_DATABASE_URL": url,
+        "POSBIAS_MMLU_DIR": str(mmlu_dir),
+        "POSBIAS_CACHE_DIR": str(tmp_path / "cache"),
+        "POSBIAS_POLL_SECONDS": "0.05",
+        "COLUMNS": "200",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    def posbias(*args: str) -> str:
+        return in_process(monkeypatch, tmp_path, *args)
+
+    posbias("db", "upgrade")
+    assert GEMMA_LIKE[0] == "run"
+    gemma = json.loads(posbias("submit", *GEMMA_LIKE[1:], "--json"))["job_id"]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(VARIANTS))
+    dry_text = posbias("submit", "job.yaml", "--dry-run")
+    dry = json.loads(posbias("submit", "job.yaml", "--dry-run", "--json"))
+    variants = json.loads(posbias("submit", "job.yaml", "--json"))["job_id"]
+    worker = subprocess.run(
+        [sys.executable, "-m", "posbias.cli", "worker", "--until-empty", "--json"],
+        cwd=tmp_path,
+        env={**os.environ, **env, "RAY_ADDRESS": ""},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    assert json.loads(worker.stdout)["trials_done"] == 200 * 2 + 5 * 2 * 2
+
+    # The variant dry run: each variant named with what it changes; per filler length, the prompt lengths,
+    # the distances and the share past the window, each what the run then stored.
+    assert "2 variants, each answering every trial:" in dry_text
+    assert (
+        "baseline: the model as published" in dry_text and "late-drop: fake engine with last 0.1" in dry_text
+    )
+    assert "(the model's sliding window: 1,000 tokens)" in dry_text
+    assert "nothing was enqueued (dry run)" in dry_text
+    with database.connect(url) as db, db.read() as session:
+        for level in dry["designs"]:
+            assert level["trials"] <= SAMPLE_TRIALS
+            where = {"job": variants, "filler": level["filler_tokens"]}
+            prompts = list(
+                session.execute(
+                    text("SELECT prompt_tokens FROM trials WHERE job_id = :job AND filler_tokens = :filler"),
+                    where,
+                ).scalars()
+            )
+            distances = list(
+                session.execute(
+                    text(
+                        "SELECT r.token_distance FROM results r JOIN trials t ON t.id = r.trial_id "
+                        "WHERE r.job_id = :job AND t.filler_tokens = :filler"
+                    ),
+                    where,
+                ).scalars()
+            )
+            assert len(prompts) == level["trials"] == 10
+            assert level["mean_prompt_tokens"] == pytest.approx(statistics.fmean(prompts))
+            assert level["max_prompt_tokens"] == max(prompts)
+            assert (level["min_distance"], level["max_distance"]) == (min(distances), max(distances))
+            past = sum(d > 1000 for d in distances) / len(distances)
+            assert level["past_window"] == pytest.approx(past, abs=0.005)
+            assert f"{level['min_distance']:,} to {level['max_distance']:,}" in dry_text
+            assert f"{round(100 * level['past_window'])}% of answers" in dry_text
+    assert dry["total_prompt_tokens"] == sum(
+        round(d["mean_prompt_tokens"] * d["trials"]) for d in dry["designs"]
+    )
+
+    # explain: the fake's cause is token distance, with a step at its window.
+    explained = posbias("explain", str(gemma))
+    (distance_row,) = [line for line in explained.splitlines() if "token distance, per 1,000 tokens" in line]
+    assert distance_row.rstrip(" │┃").endswith("yes")
+    assert "sliding window 1,000 tokens, layers 0,2 of 4" in explained
+    assert "verdict: Moves the curve: token distance" in explained
+    assert (
+        "A step at the sliding window (1,000 tokens)" in explained
+        and "which includes the window" in explained
+    )
+
+    # curve --by filler-length: a row per length, and the filler's effect.
+    by_filler = posbias("curve", "--job", str(gemma), "--by", "filler-length")
+    rows = [line.split("│")[1].strip() for line in by_filler.splitlines() if line.startswith("│")]
+    assert rows == ["0", "800"]
+    assert "longest minus no filler:" in by_filler
+    points = json.loads(posbias("curve", "--job", str(gemma), "--by", "filler-length", "--format", "json"))
+    (curve,) = points
+    accuracy = {p["position"]: p["accuracy"] for p in curve["points"]}  # by filler length
+    assert accuracy[800] < accuracy[0]  # 800 more tokens push more answers past the window
+
+    # curve --heatmap: the picture is written, and the curve per filler length is printed beside it.
+    heat = posbias("curve", "--job", str(gemma), "--heatmap", "grid.png")
+    assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "batch size 10, 800 filler tokens" in heat
+
+    # compare A:V A:W: two variants of one job, paired over every trial.
+    compared = posbias("compare", f"{variants}:baseline", f"{variants}:late-drop")
+    assert f"job {variants}:late-drop minus job {variants}:baseline - batch size 10" in compared
+    assert "paired: all 10 trials matched" in compared
+    diff = json.loads(posbias("compare", f"{variants}:baseline", f"{variants}:late-drop", "--json"))
+    assert (diff["method"], diff["matched_trials"]) == ("paired", 10)
+
+    def pooled(variant: str) -> list[float]:
+        """A variant's accuracy by position over both filler lengths, from its curves."""
+        curves = json.loads(
+            posbias("curve", "--job", str(variants), "--variant", variant, "--format", "json")
+        )
+        assert sorted(c["filler_tokens"] for c in curves) == [0, 800]
+        by_position = zip(*(c["points"] for c in curves), strict=True)
+        return [sum(p["n_correct"] for p in ps) / sum(p["n_parsed"] for p in ps) for ps in by_position]
+
+    base, late = pooled("baseline"), pooled("late-drop")
+    assert [p["accuracy_a"] for p in diff["points"]] == pytest.approx(base)
+    assert [p["diff"] for p in diff["points"]] == pytest.approx(
+        [b - a for a, b in zip(base, late, strict=True)]
+    )
+    assert min(p["diff"] for p in diff["points"]) < 0  # late-drop's far answers are worse
+    posbias("curve", "--job", str(variants), "--variant", "late-drop", "--plot", "late.png")
+    assert (tmp_path / "late.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_readme_variant_dry_run_shows_each_variants_layers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mmlu_dir: Path
+) -> None:
+    """The README's variant submit, as a dry run, on a tiny random Gemma 2 (4 layers, a 64-token window on
+    layers 0 and 2) in place of gemma-2-2b-it: read from the model's config, no engine started."""
+    from support.tinymodels import build_tiny_model
+
+    (shown,) = [w for w in readme_commands() if "--variant" in w and w[0] == "submit"]
+    model = build_tiny_model(tmp_path / "gemma2", architecture="gemma2", max_position_embeddings=65536)
+    words = [str(model) if w == "google/gemma-2-2b-it" else w for w in shown]
+    monkeypatch.setenv("POSBIAS_DATABASE_URL", f"sqlite:///{tmp_path / 'posbias.db'}")
+    monkeypatch.setenv("POSBIAS_MMLU_DIR", str(mmlu_dir))
+    monkeypatch.setenv("POSBIAS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "200")
+    in_process(monkeypatch, tmp_path, "db", "upgrade")
+    dry = in_process(monkeypatch, tmp_path, *words, "--dry-run")
+    assert "2 variants, each answering every trial:" in dry
+    assert "  baseline: the model as published (recorded, not checked)" in dry
+    assert "  global-only: 4 global layers; RoPE base 10000" in dry
+    assert "nothing was enqueued (dry run)" in dry
+    windowed = in_process(monkeypatch, tmp_path, *words[:-2], "--variant", "window:32", "--dry-run")
+    assert "  window:32: window 32 on layers 0, 2 of 4; RoPE base 10000" in windowed
+    assert "(the model's sliding window: 64 tokens)" in windowed
