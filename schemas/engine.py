@@ -85,6 +85,11 @@ class EngineOptions(Record):
         description="Further keyword arguments for `vllm.LLM`, any JSON value (e.g. `enable_prefix_caching: "
         "true`, `compilation_config: {level: 0}`); vLLM checks their names when the engine starts.",
     )
+    trust_remote_code: bool = Field(
+        False,
+        description="Run the model's own Python (the modules its config's `auto_map` names) when the workers "
+        "load it; never at submit. Only for a model whose code you trust.",
+    )
 
     # --- engine `openai` ---------------------------------------------------------------------------------
     base_url: str | None = Field(
@@ -152,6 +157,11 @@ class EngineOptions(Record):
     @classmethod
     def _check_extra(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
         check_overrides(value, where="extra")
+        if "trust_remote_code" in value:
+            raise ValueError(
+                "trust_remote_code cannot go in engine.extra: it runs the model's own code on the workers, "
+                "so it is a field of its own (engine.trust_remote_code: true)"
+            )
         taken = sorted(RESERVED_ENGINE_ARGUMENTS & set(value))
         if taken:
             raise ValueError(
@@ -196,14 +206,17 @@ class EngineOptions(Record):
         return value
 
     def identity(self) -> dict[str, Any]:
-        """The options as stored and hashed: the `openai` fields and `hf_overrides` only when set, so a spec
-        written before they existed keeps its hash (and its idempotency keys) and its model key."""
+        """The options as stored and hashed: the `openai` fields, `hf_overrides` and `trust_remote_code`
+        only when set, so a spec written before they existed keeps its hash (and its idempotency keys) and
+        its model key."""
         data = self.model_dump(mode="json")
         for name in OPENAI_FIELDS:
             if data[name] is None:
                 del data[name]
         if not data["hf_overrides"]:
             del data["hf_overrides"]  # so jobs stored before the field existed keep their hash and key
+        if not data["trust_remote_code"]:
+            del data["trust_remote_code"]
         return data
 
 
@@ -227,9 +240,22 @@ OPENAI_FIELDS = (
 def _check_base_url(url: str) -> None:
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
+    if any(char.isspace() or not char.isprintable() for char in url):
+        # A CR/LF would end the request line (header injection); httpx refuses it only when it is sent.
+        raise ValueError(
+            "base_url must not hold spaces or control characters (CR, LF, tab); give the URL alone, e.g. "
+            "http://127.0.0.1:8000/v1"
+        )
+    example = "e.g. http://127.0.0.1:8000/v1"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number, or not in 0..65535
+        raise ValueError(f"base_url has a port that is not a number from 1 to 65535, {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("base_url must be an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+        raise ValueError(f"base_url must be an http(s) URL, {example}")
+    if port == 0:
+        raise ValueError(f"base_url has a port that is not a number from 1 to 65535, {example}")
     # Neither is ever needed, and either could carry a key into the stored spec.
     if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
         raise ValueError(

@@ -65,12 +65,13 @@ class FillerSpec(Record):
         if isinstance(value, int):
             return (value,)
         if isinstance(value, str):
-            try:
-                return tuple(int(part) for part in value.split(",") if part.strip())
-            except ValueError:
+            parts = [part.strip() for part in value.split(",") if part.strip()]
+            # ASCII digits only: int() would read `٣` as 3 and `1_000` as 1000.
+            if not all(part.isascii() and part.isdecimal() for part in parts):
                 raise ValueError(
-                    f"filler tokens must be comma-separated integers, e.g. 0,1000,4000 (got {value!r})"
-                ) from None
+                    f"filler tokens must be comma-separated integers, e.g. 0,1000,4000 (got {value[:80]!r})"
+                )
+            return tuple(int(part) for part in parts)
         return value
 
     @field_validator("tokens")

@@ -4,9 +4,7 @@ report on it turned into one line that names the field to fix."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from pydantic import ValidationError
 
 from posbias.schemas.bounds import MAX_SPEC_BYTES, MAX_SPEC_DEPTH, check_shape
 from posbias.schemas.errors import PosbiasError, one_line
+from posbias.schemas.files import read_text
 
 
 def read_spec_file(path: str | Path, *, what: str = "spec file") -> dict[str, Any]:
@@ -22,14 +21,19 @@ def read_spec_file(path: str | Path, *, what: str = "spec file") -> dict[str, An
 
     Only a regular file of at most `MAX_SPEC_BYTES` is read (a FIFO would block, a device never end), as
     UTF-8; YAML is read by the rules of YAML 1.2 (`1:30` is text, not 90; only `true`/`false` are booleans).
-    Nesting beyond `MAX_SPEC_DEPTH` or more than `MAX_SPEC_VALUES` values are refused. Every problem is a
-    `PosbiasError` naming the file.
+    Nesting beyond `MAX_SPEC_DEPTH`, more than `MAX_SPEC_VALUES` values, and a key given twice in one mapping
+    (JSON and YAML parsers keep the last, silently) are refused. Every problem is a `PosbiasError` naming the
+    file.
     """
     file = Path(path)
-    text = _read_text(file, what=what, limit=MAX_SPEC_BYTES)
+    text = read_text(file, what=what, fix="give a YAML or JSON file", limit=MAX_SPEC_BYTES, noun="a spec")
     try:
         is_json = file.suffix.lower() == ".json"
-        data = json.loads(text) if is_json else yaml.load(text, Loader=_SpecLoader)
+        data = json.loads(text, object_pairs_hook=_unique) if is_json else yaml.load(text, Loader=_SpecLoader)
+    except _DuplicateKey as exc:
+        raise PosbiasError(
+            f"{what} {file} gives {exc.key} twice{exc.where}; keep the one you mean and delete the other"
+        ) from None
     except (yaml.YAMLError, ValueError) as exc:
         raise PosbiasError(f"{what} {file} is not valid YAML/JSON: {one_line(exc)}") from None
     except RecursionError:
@@ -44,44 +48,6 @@ def read_spec_file(path: str | Path, *, what: str = "spec file") -> dict[str, An
     return data
 
 
-def _read_text(file: Path, *, what: str, limit: int) -> str:
-    try:
-        # Non-blocking, so that opening a FIFO returns at once instead of waiting for a writer; the checks
-        # are on the open file, so what is read is what was checked.
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
-    except IsADirectoryError:
-        raise PosbiasError(f"{what} {file} is a folder; give a YAML or JSON file") from None
-    except OSError as exc:
-        raise PosbiasError(f"cannot read {what} {file}: {exc.strerror or one_line(exc)}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise PosbiasError(f"{what} {file} is a folder; give a YAML or JSON file")
-        if not stat.S_ISREG(info.st_mode):
-            raise PosbiasError(
-                f"{what} {file} is not a regular file (a device or pipe); give a YAML or JSON file"
-            )
-        if info.st_size > limit:
-            raise PosbiasError(f"{what} {file} is {info.st_size:,} bytes; a spec is at most {limit:,} bytes")
-        with os.fdopen(fd, "rb") as handle:
-            fd = -1  # the handle owns it now
-            raw = handle.read(limit + 1)
-    except OSError as exc:
-        raise PosbiasError(f"cannot read {what} {file}: {exc.strerror or one_line(exc)}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(raw) > limit:
-        raise PosbiasError(f"{what} {file} is over {limit:,} bytes; a spec is at most {limit:,} bytes")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise PosbiasError(
-            f"{what} {file} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it "
-            "as UTF-8"
-        ) from None
-
-
 class _SpecLoader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2's core schema for plain scalars.
 
@@ -89,6 +55,34 @@ class _SpecLoader(yaml.SafeLoader):
     `off` are booleans: `iterations: 1:30` would silently run 90 iterations. YAML 1.2 (and every other
     modern parser) reads those as text or decimal.
     """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # Keys merged in with `<<` may be overridden (that is what a merge is for); keys written out may not.
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise _DuplicateKey(json.dumps(key, default=str), where=f" (line {line})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str, *, where: str = "") -> None:
+        super().__init__(key)
+        self.key, self.where = key, where
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(json.dumps(key))
+        data[key] = value
+    return data
 
 
 _BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from posbias.schemas.errors import PosbiasError
+from posbias.schemas.files import MAX_CONFIG_BYTES, read_bytes
 from posbias.schemas.schedule import HubRevisions
 
 TRAILING_NUMBER = re.compile(r"(\d{1,18})$")
@@ -96,6 +98,13 @@ def incomplete_reason(folder: Path) -> str | None:
     markers = sorted(n for n in entries if n in INCOMPLETE_MARKERS or n.endswith(INCOMPLETE_SUFFIXES))
     if markers:
         return f"{markers[0]} says it is still being written"
+    try:
+        return _weights_reason(folder, entries=set(entries))
+    except PosbiasError as exc:  # a FIFO or device where a config should be: reading it would never end
+        return str(exc)
+
+
+def _weights_reason(folder: Path, *, entries: set[str]) -> str | None:
     if _json_object(folder / "config.json") is None:
         return "no complete config.json yet"
     for index in WEIGHT_INDEXES:
@@ -118,9 +127,14 @@ def incomplete_reason(folder: Path) -> str | None:
 
 
 def _json_object(file: Path) -> dict[str, Any] | None:
+    """The JSON object in `file`; None while it is missing or does not parse. Raises `PosbiasError` when it
+    is not a regular file (or too large for a config)."""
+    if not file.exists():
+        return None
+    fix = "replace it with the file itself"
     try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_bytes(file, what=file.name, fix=fix, limit=MAX_CONFIG_BYTES))
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 

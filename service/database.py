@@ -10,6 +10,7 @@ Next to it: URLs in `service.database_url`, errors in `service.store_errors`, th
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from urllib.parse import quote
 from sqlalchemy import URL, Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from posbias.schemas import PosbiasError
 from posbias.service.database_url import check_sqlite_file, describe, normalise_url, sqlite_path
 from posbias.service.schema_version import check_schema
 
@@ -50,6 +52,17 @@ def dialect_insert(dialect: str, table: Any) -> Any:
     return sqlite_insert(table)
 
 
+def _stored_json(text: str) -> Any:
+    """A JSON column's value as read back from SQLite, which (unlike PostgreSQL) stores any text there."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise PosbiasError(
+            "the store holds a value that is not JSON where posbias wrote JSON (it was changed outside "
+            "posbias): restore the database from a backup"
+        ) from None
+
+
 def create_db_engine(
     url: str | URL, *, foreign_keys: bool = True, read_only: bool = False, create: bool = True
 ) -> Engine:
@@ -72,7 +85,7 @@ def create_db_engine(
         target = parsed.set(
             database=f"file:{quote(str(path.absolute()))}", query={"mode": "rw", "uri": "true"}
         )
-    engine = create_engine(target)
+    engine = create_engine(target, json_deserializer=_stored_json)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:

@@ -26,6 +26,11 @@ def normalise_url(url: str | URL) -> URL:
     `PosbiasError` naming the fix otherwise, before any driver is loaded."""
     if isinstance(url, str) and ("\x00" in url or not url.strip()):
         raise PosbiasError(f"the database URL is empty or holds a NUL character: {URL_HINT} ({URL_EXAMPLES})")
+    if isinstance(url, str) and any(ord(char) < 0x20 or char == "\x7f" for char in url):
+        # A newline would otherwise become part of a file name or a database name: a new, empty store.
+        raise PosbiasError(
+            f"the database URL holds a control character (CR, LF, tab): {URL_HINT} on one line"
+        )
     try:
         parsed = make_url(url)
         port = parsed.port

@@ -16,21 +16,18 @@ import csv
 import hashlib
 import json
 import re
-import socket
-import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
-from urllib.request import getproxies
 
 from posbias.schemas import DatasetSpec, JobSpec, PosbiasError, Question, QuestionPool, one_line
+from posbias.schemas.files import MAX_DATA_FILE_BYTES, check_path, open_binary, open_text, read_text
+from posbias.workers import hub
 
 MMLU_HUB_ID = "cais/mmlu"
 DEFAULT_SUBJECT = "default"
 MMLU_FIX = "set POSBIAS_MMLU_DIR to a local MMLU copy or pass dataset.path"
-HUB_PROBE_TIMEOUT_S = 3.0
 FILE_SUFFIXES = (".csv", ".json", ".jsonl", ".parquet")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 """A Hugging Face dataset id: `name` or `owner/name`."""
@@ -134,7 +131,7 @@ def _read_mmlu_dir(folder: Path, *, split: str) -> tuple[list[Question], str]:
     splits = [split, _SPLIT_ALIASES[split]] if split in _SPLIT_ALIASES else [split]
     for name in splits:
         jsonl = folder / f"mmlu_{name}.jsonl"
-        if jsonl.is_file():
+        if jsonl.exists():  # a FIFO or folder of that name is refused, not passed over
             columns = DatasetSpec()  # the JSONL layout uses the default column names
             rows = _jsonl_rows(jsonl)
             return _questions(rows, columns=columns, where=str(jsonl)), f"MMLU {split} split in {jsonl}"
@@ -154,7 +151,7 @@ def _mmlu_csv(file: Path, *, suffix: str) -> Iterator[Question]:
     """The release layout: no header; question, the options, and the answer letter last."""
     subject = file.name.removesuffix(suffix)
     try:
-        with file.open(newline="", encoding="utf-8") as handle:
+        with open_text(file, what="MMLU file", fix=MMLU_FIX, limit=MAX_DATA_FILE_BYTES, newline="") as handle:
             for line, row in enumerate(csv.reader(handle), start=1):
                 if not row:
                     continue
@@ -182,10 +179,10 @@ def _read_hub(dataset: DatasetSpec) -> tuple[list[Question], str]:
         split = "validation"
     tried = f"the Hugging Face hub ({name}{', ' + config if config else ''}, split {split})"
     fix = MMLU_FIX if dataset.is_mmlu else "pass dataset.path to a local file of the dataset"
-    offline, endpoint = _hub_settings()
-    # Without network the hub client retries for about half a minute; a quick probe fails in milliseconds.
+    offline, endpoint = hub.hub_settings()
+    # Without network the hub client retries for about half a minute; the probe fails in milliseconds.
     # HF_HUB_OFFLINE skips the probe so that a dataset already in the local hub cache still loads.
-    if not offline and not _reachable(endpoint):
+    if not offline and not hub.reachable(endpoint):
         raise PosbiasError(f"cannot reach {endpoint} for {tried}; {fix}")
     try:
         import datasets
@@ -198,37 +195,14 @@ def _read_hub(dataset: DatasetSpec) -> tuple[list[Question], str]:
     return _questions(rows, columns=columns, where=f"{name} ({split})"), tried.removeprefix("the ")
 
 
-def _hub_settings() -> tuple[bool, str]:
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE), str(constants.ENDPOINT)
-
-
-def _reachable(endpoint: str) -> bool:
-    """A direct TCP connection to the endpoint; behind a proxy the hub client is left to find out itself."""
-    url = urlparse(endpoint)
-    if url.scheme in getproxies():
-        return True
-    host = url.hostname or endpoint
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S):
-            return True
-    except OSError:
-        return False
-
-
 # --- any local file -----------------------------------------------------------------------------------------
 
 
 def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str]:
+    check_path(file, what="dataset file")
     suffix = file.suffix.lower()
-    try:
-        mode = file.stat().st_mode
-    except OSError:
-        raise PosbiasError(f"dataset file {file} does not exist; give an existing file or folder") from None
-    if not stat.S_ISREG(mode):
-        raise PosbiasError(f"dataset file {file} is not a regular file (a device or pipe); give a data file")
+    if not file.exists():
+        raise PosbiasError(f"dataset file {file} does not exist; give an existing file or folder")
     if suffix not in FILE_SUFFIXES:
         raise PosbiasError(
             f"dataset.path {file}: unsupported file type; use one of {', '.join(FILE_SUFFIXES)}"
@@ -243,7 +217,8 @@ def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str
         else:
             import pyarrow.parquet as pq
 
-            rows = pq.read_table(file).to_pylist()
+            with open_binary(file, what="dataset file", fix=_DATA_FIX, limit=MAX_DATA_FILE_BYTES) as handle:
+                rows = pq.read_table(handle).to_pylist()
         return _questions(rows, columns=dataset, where=str(file)), f"{file}"
     except UnicodeDecodeError as exc:
         raise PosbiasError(
@@ -259,10 +234,13 @@ def _read_file(file: Path, *, dataset: DatasetSpec) -> tuple[list[Question], str
         raise
 
 
+_DATA_FIX = f"give a {'/'.join(FILE_SUFFIXES)} file of questions"
+
+
 def _csv_rows(file: Path, *, dataset: DatasetSpec) -> Iterator[dict[str, Any]]:
     """CSV rows, with option columns given as `A,B,C,D` gathered into one list under the choices column."""
     option_columns = [c.strip() for c in dataset.choices_column.split(",")]
-    with file.open(newline="", encoding="utf-8") as handle:
+    with open_text(file, what="dataset file", fix=_DATA_FIX, limit=MAX_DATA_FILE_BYTES, newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
         if len(option_columns) > 1:
@@ -279,7 +257,7 @@ def _csv_rows(file: Path, *, dataset: DatasetSpec) -> Iterator[dict[str, Any]]:
 
 
 def _jsonl_rows(file: Path) -> Iterator[dict[str, Any]]:
-    with file.open(encoding="utf-8") as handle:
+    with open_text(file, what="dataset file", fix=_DATA_FIX, limit=MAX_DATA_FILE_BYTES) as handle:
         for line, text in enumerate(handle, start=1):
             if text.strip():
                 row = json.loads(text)
@@ -289,7 +267,7 @@ def _jsonl_rows(file: Path) -> Iterator[dict[str, Any]]:
 
 
 def _json_rows(file: Path) -> list[dict[str, Any]]:
-    data = json.loads(file.read_text(encoding="utf-8"))
+    data = json.loads(read_text(file, what="dataset file", fix=_DATA_FIX, limit=MAX_DATA_FILE_BYTES))
     if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
         data = next(iter(data.values()))  # e.g. {"data": [...]}
     if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):

@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from posbias.schemas import one_line
 from posbias.workers.endpoint_session import EndpointError
 from posbias.workers.engine import Generation
 from posbias.workers.output_tokens import byte_offsets, logprobs_by_text, piece_offsets
@@ -96,6 +97,18 @@ def generation_from(answer: Any, *, chat: bool) -> Generation:
         prompt_tokens=_int(usage.get("prompt_tokens")),
         output_tokens=_int(usage.get("completion_tokens")),
     )
+
+
+def unreadable(answer: Any, *, chat: bool) -> str | None:
+    """Why `answer` cannot be read as a generation (no `choices`, a choice that is not an object, a
+    log-probability that is not a number, ...); None when it can."""
+    try:
+        generation_from(answer, chat=chat)
+    except EndpointError as exc:
+        return str(exc)
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        return f"the endpoint's answer is malformed ({type(exc).__name__}: {one_line(exc)})"
+    return None
 
 
 def reported_tokens(answer: Any, *, default: int) -> int:

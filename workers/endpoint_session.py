@@ -5,8 +5,9 @@ interface (`workers/engine.py`) can run many requests at once: `session.run(coro
 through `request()`, which
 
 - waits for a concurrency slot (requests in flight) and for the request and token rate limits;
-- retries 429, 408 and 5xx answers, timeouts, refused or dropped connections and truncated or malformed
-  bodies, with exponential backoff and jitter, never sooner than a `Retry-After` the server sent;
+- retries 429, 408 and 5xx answers, timeouts, refused or dropped connections, truncated bodies and
+  answers the caller cannot read (`accept`), with exponential backoff and jitter, never sooner than a
+  `Retry-After` the server sent;
 - fails at once on any other 4xx, with the server's message on one line.
 
 `open_session` builds one from a job's engine options. The API key is the one value a worker reads from its
@@ -48,6 +49,11 @@ _MIN_SCRUBBED = 6
 
 class EndpointError(PosbiasError):
     """The endpoint refused a request, or kept failing it after every retry. The message is one line."""
+
+
+class MalformedAnswer(EndpointError):
+    """The endpoint answered every try, but never with an answer that could be read (e.g. no `choices`):
+    the endpoint works, this one request does not, so it costs its trial, not its shard."""
 
 
 @dataclass(frozen=True)
@@ -144,16 +150,21 @@ class EndpointSession:
         retries: int | None = None,
         root: bool = False,
         admit: Callable[[], Callable[[], None]] | None = None,
+        accept: Callable[[Any], str | None] | None = None,
     ) -> Any:
         """POST `body` (or GET, without one) to `path` under the base URL (`root`: under the server's root)
         and return the decoded JSON, retrying as the module docstring says. `tokens` counts against the
         token rate limit. `admit`, when given, is called as each try is about to be sent (it may raise to
-        stop it) and returns what to call once that try is over. Raises `EndpointError` (one line, key
+        stop it) and returns what to call once that try is over. `accept`, when given, says why a decoded
+        answer cannot be read (None: it can); such an answer is retried like a broken one. Raises
+        `MalformedAnswer` when the last try was such an answer, else `EndpointError` (one line, key
         scrubbed) once it gives up."""
         url = (self.root if root else self.base_url) + path
         tries = 1 + (self.limits.max_retries if retries is None else retries)
         reason = ""
+        malformed = False
         for attempt in range(tries):
+            malformed = False
             await self._limiter.acquire(tokens)
             retry_after: float | None = None
             async with self._slots:
@@ -173,9 +184,14 @@ class EndpointSession:
                     status = response.status_code
                     if status < 300:
                         try:
-                            return response.json()
+                            answer = response.json()
                         except ValueError:
                             reason = "the answer was not complete JSON (a truncated body)"
+                        else:
+                            problem = accept(answer) if accept is not None else None
+                            if problem is None:
+                                return answer
+                            reason, malformed = problem, True
                     elif status in _RETRYABLE:
                         reason = f"HTTP {status}: {_server_message(response)}"
                         retry_after = _retry_after(response.headers.get("retry-after"))
@@ -188,6 +204,8 @@ class EndpointSession:
                         release()
             if attempt + 1 < tries:
                 await asyncio.sleep(_backoff(attempt, retry_after=retry_after))
+        if malformed:
+            raise MalformedAnswer(self.scrub(f"{path} gave no readable answer in {tries} tries: {reason}"))
         raise EndpointError(self.scrub(f"{path} failed after {tries} tries: {reason}"))
 
 

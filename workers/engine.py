@@ -123,6 +123,9 @@ class Generation:
     """Prompt tokens as the endpoint counted them, when the prompt was not tokenized here."""
     output_tokens: int | None = None
     """Output tokens as the endpoint counted them, when `token_ids` are not known."""
+    failure: str | None = None
+    """Why there is no answer to read (an endpoint's answers malformed on every try); its trial is then
+    done with every position unparseable and this as the reason."""
 
 
 class Engine(Protocol):

@@ -17,10 +17,13 @@ import re
 import weakref
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from posbias.schemas import FillerSpec, PosbiasError, Trial
+from posbias.schemas.files import read_text
+from posbias.schemas.filler import MAX_FILLER_FILE_BYTES
 from posbias.workers.engine import Tokenizer
 from posbias.workers.tokenizer import CHARS_PER_TOKEN
 
@@ -54,6 +57,22 @@ def units(text: str) -> tuple[str, ...]:
     if not found:
         raise PosbiasError("the filler source has no text; give a file with some sentences in it")
     return tuple(found)
+
+
+def read_source(path: str | Path) -> str:
+    """The text of the filler file at `path`, read at submit to be stored with the job: a regular UTF-8 file
+    of at most `MAX_FILLER_FILE_BYTES` with some words in it. Raises `PosbiasError` naming the fix."""
+    file = Path(path).expanduser()
+    text = read_text(
+        file,
+        what="the filler file",
+        fix="give a text file, or filler source builtin",
+        limit=MAX_FILLER_FILE_BYTES,
+        noun="a filler file (stored with the job)",
+    )
+    if len(text.split()) < 2:
+        raise PosbiasError(f"the filler file {file} has no text to cut filler from; give one with sentences")
+    return text
 
 
 def source_text(filler: FillerSpec) -> str:

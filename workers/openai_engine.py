@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,15 @@ from posbias.schemas import (
     TokenSource,
     WorkerConfig,
 )
-from posbias.workers.endpoint_answer import answer_schema, generation_from, reported_tokens, sheet_from_json
+from posbias.workers.endpoint_answer import (
+    answer_schema,
+    generation_from,
+    reported_tokens,
+    sheet_from_json,
+    unreadable,
+)
 from posbias.workers.endpoint_probe import MAX_LOGPROBS, MIN_LOGPROBS, probe
-from posbias.workers.endpoint_session import EndpointError, api_key, open_session
+from posbias.workers.endpoint_session import EndpointError, MalformedAnswer, api_key, open_session
 from posbias.workers.engine import (
     CostGuardError,
     EngineBase,
@@ -82,7 +89,11 @@ class OpenAIEngine(EngineBase[Tokenizer | None]):
                 tokenizer=spec.tokenizer,
             )
             self._tokenizer = job_tokenizer(
-                self._capabilities, session=self._session, model=self._served, tokenizer=spec.tokenizer
+                self._capabilities,
+                session=self._session,
+                model=self._served,
+                tokenizer=spec.tokenizer,
+                trust_remote_code=options.trust_remote_code,
             )
         except BaseException:
             self._session.close()
@@ -235,8 +246,25 @@ class OpenAIEngine(EngineBase[Tokenizer | None]):
             answer = hit.get("answer")
         else:
             admit = None if budget is None else _admission(budget, bound=call.bound)
-            answer = await self._session.request(call.path, call.body, tokens=call.bound, admit=admit)
+            try:
+                answer = await self._session.request(
+                    call.path,
+                    call.body,
+                    tokens=call.bound,
+                    admit=admit,
+                    accept=partial(unreadable, chat=call.chat),
+                )
+            except MalformedAnswer as exc:
+                if budget is not None:  # what the bad answers cost is unknown: count the bound
+                    budget.spent += call.bound
+                    budget.bounded += call.bound
+                return Generation(
+                    text="", token_ids=[], token_offsets=[], top_logprobs=None, failure=str(exc)
+                )
             self._cache.put(call.key, {"answer": answer, "paid_by": None if budget is None else budget.label})
+        problem = unreadable(answer, chat=call.chat)  # a cached answer may predate the check
+        if problem is not None:
+            return Generation(text="", token_ids=[], token_offsets=[], top_logprobs=None, failure=problem)
         generation = generation_from(answer, chat=call.chat)
         if budget is not None and hit is None:
             budget.spent += reported_tokens(answer, default=call.bound)
@@ -330,7 +358,7 @@ def _model_info(spec: ShardSpec | JobSpec, *, context_length: int | None) -> Mod
         try:
             from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(folder)
+            config = AutoConfig.from_pretrained(folder, trust_remote_code=spec.engine.trust_remote_code)
             return read_model_info(config, name=spec.model, revision=spec.revision, weights_dir=folder)
         except Exception:  # a config transformers cannot read leaves only what the endpoint said
             pass

@@ -6,7 +6,7 @@ import bisect
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from posbias.schemas import (
     AnswerMode,
@@ -139,10 +139,13 @@ def _finish(work: _Prepared, *, engine: Engine) -> ShardResult:
             output_tokens=len(generation.token_ids)
             if generation.token_ids or generation.output_tokens is None
             else generation.output_tokens,
-            output_text=generation.text,
+            output_text=generation.text if generation.failure is None else None,
+            skip_reason=generation.failure,
             **_filler_span(rendered),
         )
         parsed = parse_answers(generation.text, n_options=rendered.n_options, asked=rendered.asked)
+        if generation.failure is not None:  # no answer to read: every position asked is unparseable
+            parsed = tuple(replace(a, status=ParseStatus.unparseable) for a in parsed)
         results.extend(
             _result(shard, trial, rendered, generation, answer, model=model, constrained=constrained)
             for answer in parsed

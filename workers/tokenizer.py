@@ -211,25 +211,32 @@ def align_token_strs(text: str, token_strs: Sequence[str]) -> list[tuple[int, in
     return [(starts[a], ends[b] if b > a else starts[a]) for a, b in byte_spans]
 
 
-def _named_tokenizer(name: str) -> Tokenizer:
+def _named_tokenizer(name: str, *, trust_remote_code: bool) -> Tokenizer:
     """The tokenizer a job names (a hub id or a folder), as the `Tokenizer` interface."""
     from transformers import AutoTokenizer
 
     try:
         folder = Path(name).expanduser()
-        return HfTokenizer(AutoTokenizer.from_pretrained(folder if folder.is_dir() else name))
+        source = folder if folder.is_dir() else name
+        return HfTokenizer(AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code))
     except Exception as exc:  # transformers raises OSError, ValueError, and more for a bad name
         raise PosbiasError(f"cannot load tokenizer {name}: {one_line(exc)}") from exc
 
 
 def job_tokenizer(
-    capabilities: EndpointCapabilities, *, session: EndpointSession, model: str, tokenizer: str | None
+    capabilities: EndpointCapabilities,
+    *,
+    session: EndpointSession,
+    model: str,
+    tokenizer: str | None,
+    trust_remote_code: bool = False,
 ) -> Tokenizer | None:
-    """The tokenizer prompts are rendered with: the server's, else the named one, else none."""
+    """The tokenizer prompts are rendered with: the server's, else the named one, else none. The named one's
+    own code runs only with `trust_remote_code` (the job's, on the workers; never at submit)."""
     source = token_source(capabilities, tokenizer=tokenizer)
     if source is TokenSource.server:
         return RemoteTokenizer(session, model=model, chat_template=capabilities.chat_template)
     if source is TokenSource.named:
         assert tokenizer is not None
-        return _named_tokenizer(tokenizer)
+        return _named_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
     return None

@@ -73,17 +73,19 @@ def read_config(model: str, *, revision: str | None = None, cache_dir: str | Pat
     source = check_model_source(model)
     try:
         if source.kind == "folder":
-            return AutoConfig.from_pretrained(source.location)
+            return AutoConfig.from_pretrained(source.location, trust_remote_code=False)
         if source.kind == "gguf":
             file = Path(source.location)
             converted = converted_folder(file, cache_dir=cache_dir)
             if converted is not None:
-                return AutoConfig.from_pretrained(converted)
-            return AutoConfig.from_pretrained(file.parent, gguf_file=file.name)
+                return AutoConfig.from_pretrained(converted, trust_remote_code=False)
+            return AutoConfig.from_pretrained(file.parent, gguf_file=file.name, trust_remote_code=False)
         try:
-            return AutoConfig.from_pretrained(source.location, revision=revision, local_files_only=True)
+            return AutoConfig.from_pretrained(
+                source.location, revision=revision, local_files_only=True, trust_remote_code=False
+            )
         except OSError:
-            return AutoConfig.from_pretrained(source.location, revision=revision)
+            return AutoConfig.from_pretrained(source.location, revision=revision, trust_remote_code=False)
     except (
         Exception
     ) as exc:  # transformers raises OSError, ValueError, KeyError, ... for an unreadable config

@@ -8,6 +8,7 @@ gets, on its k-th try, whatever `faults(prompt, k)` names (None: a proper answer
 - `truncated`: HTTP 200 whose body stops halfway (the connection closes before Content-Length is reached);
 - `slow`: a proper answer, but only after `slow_s` seconds (past the client's timeout);
 - `drop`: the connection closes without an answer;
+- `no-choices`: HTTP 200 with a JSON answer that has no `choices` (a proxy's or a broken server's);
 - `echo-key`: HTTP 400 whose message quotes the Authorization header it got (as some servers quote a bad key).
 
 Every request is logged (`requests`), with its arrival time, so tests count at the server: answers per
@@ -172,6 +173,9 @@ def _handler(state: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
             elif fault == "echo-key":
                 log(400)
                 self._error(400, f"this request is not allowed for {authorization}")
+            elif fault == "no-choices":
+                log(200)
+                self._send(200, {"id": "cmpl-fake", "object": "text_completion", "model": MODEL})
             elif fault == "drop":
                 log(0)
                 self.close_connection = True
