@@ -166,7 +166,12 @@ def submit(
     with _store(settings) as db:
         prepared = submission.prepare(_spec(spec), settings=settings, on_progress=on_progress)
         return job_store.submit(
-            db, prepared.spec, prepared.plan, idempotency_key=idempotency_key, endpoint=prepared.endpoint
+            db,
+            prepared.spec,
+            prepared.plan,
+            idempotency_key=idempotency_key,
+            endpoint=prepared.endpoint,
+            context=prepared.engine_context,
         )
 
 
@@ -221,7 +226,12 @@ def run(
         # Ray is checked before the job is written: a job that cannot run here is not left in the queue.
         init_ray(settings)
         submitted = job_store.submit(
-            db, prepared.spec, prepared.plan, idempotency_key=idempotency_key, endpoint=prepared.endpoint
+            db,
+            prepared.spec,
+            prepared.plan,
+            idempotency_key=idempotency_key,
+            endpoint=prepared.endpoint,
+            context=prepared.engine_context,
         )
     if on_submitted is not None:
         on_submitted(submitted)

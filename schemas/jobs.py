@@ -91,6 +91,22 @@ class VariantRun(Record):
     engine: EngineInfo | None = Field(description="The engine that answered; None until its first result.")
 
 
+class EngineContext(Record):
+    """The context length a vLLM job's engine starts with, and where the number came from (stored at submit:
+    the machine that submits may lack the model's files, and a user should see what the engine will get)."""
+
+    tokens: int | None = Field(description="`max_model_len` the engine starts with; None: the model's own.")
+    source: str = Field(
+        description="Where it came from, in words: the spec, the longest prompt counted with the tokenizer "
+        "or estimated, and where the model's own limit was read (its config here or fetched from the hub)."
+    )
+
+    def describe(self) -> str:
+        """`6,144 (the longest prompt ...)`, as the dry run and `posbias status` show it."""
+        tokens = f"{self.tokens:,}" if self.tokens is not None else "the model's own"
+        return f"{tokens} ({self.source})"
+
+
 class JobRecord(Record):
     """A job as `posbias status` shows it."""
 
@@ -118,6 +134,9 @@ class JobRecord(Record):
     )
     variants: tuple[VariantRun, ...] = Field(
         (), description="Each variant: what it asked of the engine and what the engine built."
+    )
+    context: EngineContext | None = Field(
+        None, description="vLLM: the context the engine starts with and its source; None for other engines."
     )
 
 
@@ -201,6 +220,9 @@ class DryRun(Record):
     )
     model_context: int | None = Field(
         None, description="The model's own context limit, from its config; None when it is not known here."
+    )
+    context: EngineContext | None = Field(
+        None, description="vLLM: the context the engine will start with and where the number came from."
     )
     endpoint: EndpointReport | None = Field(
         None, description="openai: the endpoint's capabilities, the mode the job would use, its token bound."

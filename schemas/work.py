@@ -214,7 +214,11 @@ class TrialResult(Record):
     status: Literal[TrialStatus.done, TrialStatus.skipped] = Field(
         description="`done`, or `skipped` with a reason (e.g. prompt too long)."
     )
-    skip_reason: str | None = Field(None, description="Why the trial was skipped.")
+    skip_reason: str | None = Field(
+        None,
+        description="Why the trial was skipped; for a done trial, why its answer could not be read (an "
+        "endpoint's answers malformed on every try: each position is then `unparseable`).",
+    )
     prompt_tokens: int | None = Field(None, description="Prompt length in tokens.")
     output_tokens: int | None = Field(None, description="Output length in tokens.")
     output_text: str | None = Field(None, description="The model's raw output.")
@@ -302,6 +306,11 @@ class WorkerConfig(Record):
     """The part of the settings a worker needs, passed to it explicitly (workers read no environment)."""
 
     cache_dir: str = Field(description="Folder for converted models (GGUF to Hugging Face) and kernels.")
+    compile_cache_dir: str | None = Field(
+        None,
+        description="Folder for vLLM's and torch's compile caches, on the worker's local disk (a shared "
+        "network volume is slow for them and they differ by GPU type); unset: `cache_dir`.",
+    )
     cpu_kvcache_gib: int = Field(2, ge=1, description="KV cache size for the vLLM CPU build, in GiB.")
     cpu_threads: int | None = Field(
         None, ge=1, description="OpenMP threads for the vLLM CPU build; all cores when not set."

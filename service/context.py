@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from posbias.schemas import JobSpec, Plan, PosbiasError, Trial
+from posbias.schemas import EngineContext, JobSpec, Plan, PosbiasError, Trial
 from posbias.workers.engine import Tokenizer
 from posbias.workers.prompts import RenderedPrompt, question_block, render
 
@@ -61,7 +61,13 @@ class Context:
     """What the engine is started with: the spec's, the plan's rounded up, or None (the model's own)."""
     longest: Longest | None
     model_limit: int | None
-    """The model's own context, from its config; None when it is not on this machine."""
+    """The model's own context, from its config; None when it could not be had."""
+    source: str = ""
+    """Where `max_model_len` came from, in words (`(the longest prompt 5,120 + its answer budget ...)`)."""
+
+    def record(self) -> EngineContext:
+        """As it is stored with the job and shown by the dry run and `posbias status`."""
+        return EngineContext(tokens=self.max_model_len, source=self.source)
 
 
 def longest_prompt(
@@ -91,8 +97,13 @@ def longest_prompt(
     return longest
 
 
-def context_for(spec: JobSpec, *, longest: Longest | None, model_limit: int | None) -> Context:
-    """The context length for `spec`'s engine. Raises `PosbiasError` when the prompts do not fit the model's
+def context_for(
+    spec: JobSpec, *, longest: Longest | None, model_limit: int | None, limit_source: str = "its config"
+) -> Context:
+    """The context length for `spec`'s engine, and where it came from (`limit_source`: where the model's
+    limit was read). Without the tokenizer or the model's config the estimate alone, rounded up, is the
+    bound: starting with the model's own context (131,072 tokens for Llama 3.x) can fail on a KV cache that
+    holds the job's prompts many times over. Raises `PosbiasError` when the prompts do not fit the model's
     limit, or the spec's `max_model_len` exceeds that limit or (counted exactly) is too short for them."""
     chosen = spec.engine.max_model_len
     if model_limit is not None and chosen is not None and chosen > model_limit:
@@ -117,12 +128,33 @@ def context_for(spec: JobSpec, *, longest: Longest | None, model_limit: int | No
                 f"{where}, more than engine.max_model_len {chosen:,}; raise it, or leave it unset to have it "
                 "chosen from the prompts"
             )
-    if chosen is None and longest is not None and (longest.counted or model_limit is not None):
-        # An estimate only with the model's limit to cap it: an estimate above the limit says nothing.
+    source = _source(spec, longest=longest, model_limit=model_limit, limit_source=limit_source)
+    if chosen is None and longest is not None:
         chosen = max(MIN_CONTEXT, 1 << (longest.tokens - 1).bit_length())
         if model_limit is not None:
             chosen = min(chosen, model_limit)
-    return Context(max_model_len=chosen, longest=longest, model_limit=model_limit)
+    return Context(max_model_len=chosen, longest=longest, model_limit=model_limit, source=source)
+
+
+def _source(spec: JobSpec, *, longest: Longest | None, model_limit: int | None, limit_source: str) -> str:
+    if spec.engine.max_model_len is not None:
+        return "set in the spec"
+    if longest is None:
+        return "the model's own: the plan has no prompts"
+    how = (
+        "counted with the tokenizer"
+        if longest.counted
+        else f"estimated at {CHARS_PER_TOKEN:g} characters a token"
+    )
+    said = (
+        f"the longest prompt {longest.prompt_tokens:,} + its answer budget {longest.answer_tokens:,}, {how}, "
+        "rounded up to a power of two"
+    )
+    if model_limit is not None:
+        return f"{said}, within the model's {model_limit:,} from {limit_source}"
+    if longest.counted:
+        return f"{said}; the model's own limit is not known here"
+    return f"{said}: a default, no tokenizer or config could be had"
 
 
 def _render(spec: JobSpec, plan: Plan, trial: Trial, *, tokenizer: Tokenizer | None) -> RenderedPrompt:

@@ -17,6 +17,7 @@ from posbias.schemas import (
     FINISHED_JOB_STATUSES,
     ConflictError,
     EndpointReport,
+    EngineContext,
     EngineInfo,
     JobProgress,
     JobRecord,
@@ -52,9 +53,11 @@ def submit(
     *,
     idempotency_key: str | None = None,
     endpoint: EndpointReport | None = None,
+    context: EngineContext | None = None,
 ) -> Submitted:
     """Write a job with its shards, planned trials and (missing) questions in one transaction; `endpoint`
-    is what submit found out about a served model's endpoint (engine `openai`), stored with the job.
+    is what submit found out about a served model's endpoint (engine `openai`), `context` the context a vLLM
+    engine starts with and its source, both stored with the job.
 
     With an `idempotency_key` that already names a job, return that job instead (also when two submits
     race); a different spec under the same key is a `ConflictError`.
@@ -74,7 +77,13 @@ def submit(
                 if existing is not None:
                     return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
             job_id = _insert_job(
-                session, spec, plan, idempotency_key=idempotency_key, spec_hash=spec_hash, endpoint=endpoint
+                session,
+                spec,
+                plan,
+                idempotency_key=idempotency_key,
+                spec_hash=spec_hash,
+                endpoint=endpoint,
+                context=context,
             )
     except IntegrityError:
         # Two submits with one key: the unique constraint let one in; the other returns its job.
@@ -117,6 +126,7 @@ def _insert_job(
     idempotency_key: str | None,
     spec_hash: str,
     endpoint: EndpointReport | None = None,
+    context: EngineContext | None = None,
 ) -> int:
     dialect = session.get_bind().dialect.name
     job = Job(
@@ -132,6 +142,7 @@ def _insert_job(
         trials_total=len(plan.trials),
         shards_total=len(plan.shards),
         endpoint=None if endpoint is None else endpoint.model_dump(mode="json"),
+        context=None if context is None else context.model_dump(mode="json"),
     )
     session.add(job)
     session.flush()  # raises IntegrityError here when another submit took the idempotency key
@@ -297,6 +308,7 @@ def _record(session: Session, job: Job) -> JobRecord:
         engine=None if job.engine is None else EngineInfo.model_validate(job.engine),
         progress=_progress(session, job),
         endpoint=None if job.endpoint is None else EndpointReport.model_validate(job.endpoint),
+        context=None if job.context is None else EngineContext.model_validate(job.context),
         variants=tuple(
             VariantRun(
                 name=v.variant,

@@ -6,7 +6,8 @@ GPU until an actor asks for one. A GPU model's actor reserves `tensor_parallel_s
 created at once, pending while no node can take it: a pending actor is the demand Ray's autoscaler scales up
 for (`service/pools.py` starts them). An actor that no node can ever hold (more GPUs than the largest node the
 cluster has or can add) fails its job at once; one that waits past the placement timeout is ended and its
-shards go back to the queue with the reason.
+shards go back to the queue with the reason, each charged a wait: past `POSBIAS_PLACEMENT_WAITS` the job
+fails (`queue.wait_again`).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Placer:
             actors_per_model=settings.actors_per_model,
             device=settings.device,
             max_node_gpus=settings.max_node_gpus,
-            fixed_cluster=settings.ray_address == "local",
+            fixed_cluster=settings.fixed_cluster or settings.ray_address == "local",
             timeout=settings.placement_timeout_seconds,
         )
 
@@ -159,12 +160,27 @@ class Placer:
         )
 
     def timed_out(self, placement: Placement) -> str:
-        """Why an actor of `placement` that waited past the timeout was ended."""
-        needs = f"{placement.num_gpus:g} GPUs" if placement.num_gpus else f"{placement.num_cpus:g} CPUs"
+        """Why an actor of `placement` that waited past the timeout was ended, naming what it waited for: a
+        node large enough to be added, or, when one is up, its process to start there (other models holding
+        the GPUs, or a cold node still pulling the image or installing the runtime environment)."""
+        if placement.num_gpus:
+            gpus = int(placement.num_gpus)
+            needs = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+            large = [address for address, has in _alive_nodes() if has >= gpus]
+        else:
+            needs, large = f"{placement.num_cpus:g} CPUs", []
+        waited = f"{self.timeout:.0f} s (POSBIAS_PLACEMENT_TIMEOUT_SECONDS)"
+        if large:
+            return (
+                f"the model's actor (it needs {needs} on one node) did not start within {waited}, "
+                f"though node {large[0]} has that many: other models hold its GPUs, or its process is still "
+                "starting (a cold node pulling the image or installing the runtime environment); raise the "
+                "timeout for cold nodes"
+            )
         return (
-            f"no Ray node took the model's actor within {self.timeout:.0f} s (it needs "
-            f"{needs} on one node): the autoscaler may be at its limit, other models hold the GPUs, or "
-            "no node type is that large (set POSBIAS_MAX_NODE_GPUS to fail such jobs at once)"
+            f"no Ray node took the model's actor within {waited}: it needs {needs} on one node and no "
+            "node up has them; the autoscaler added none in time (at its limit, a cold node slower than the "
+            "timeout, or no node type that large: set POSBIAS_MAX_NODE_GPUS to fail such jobs at once)"
         )
 
 

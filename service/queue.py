@@ -9,6 +9,9 @@ failed, or its worker died running it (`fail`); after `max_attempts` the shard i
 happened to its dispatcher: the lease lapsed, or its dispatcher's process is gone (`recover_expired`,
 `lapse_leases_of` for `owners.reclaim_dead`); a preempted node or an OOM-killed driver is not the shard's
 fault, so only `MAX_LAPSES`, a much larger budget, catches a shard that keeps killing whatever runs it.
+`waits` count what the cluster did not do: its model's actor waited past the placement timeout, or was
+refused GPU memory (`wait_again`); the dispatcher's `POSBIAS_PLACEMENT_WAITS` bounds them, so a job that can
+never be placed fails with the reason instead of waiting forever.
 
 Claims are row locks: PostgreSQL leases with `SELECT ... FOR UPDATE SKIP LOCKED`, so several dispatchers share
 one queue without waiting on each other; SQLite serialises writers with `BEGIN IMMEDIATE` (one host). Every
@@ -337,6 +340,28 @@ def release(db: Database, shard_ids: Iterable[int], *, owner: str, reason: str |
     return len(held)
 
 
+def wait_again(db: Database, shard_ids: Iterable[int], *, owner: str, reason: str, budget: int) -> set[int]:
+    """Give `owner`'s leases on `shard_ids` back to the queue with `reason` (their model's actor waited past
+    the placement timeout, or was refused GPU memory), charging each a wait: no attempt, since the shard
+    did nothing, but bounded, so a job that can never be placed does not wait forever. Returns the ids of
+    the jobs with a shard that has now waited `budget` times: the caller fails each whole job with the
+    reason (`jobs.fail`), rather than leave its other shards to wait out their own budgets."""
+    ids = sorted(set(shard_ids))
+    if not ids:
+        return set()
+    now = now_utc()
+    spent: set[int] = set()
+    with db.write() as session:
+        held = [shard for shard in _lock(session, ids) if _lease_problem(shard, owner=owner) is None]
+        for shard in held:
+            shard.waits += 1
+            error = f"{reason} (wait {shard.waits} of {budget})"
+            _end_lease(shard, error=error, dead=False, now=now)
+            if shard.waits >= budget:
+                spent.add(shard.job_id)
+    return spent
+
+
 def recover_expired(db: Database, *, now: datetime | None = None) -> int:
     """Send shards whose lease has lapsed (`now` defaults to the clock) back to the queue, with a lapse
     counted and no attempt charged (dead only after `MAX_LAPSES`); the error says whose lease expired.
@@ -413,13 +438,13 @@ def cancel(session: Session, shard_ids: Sequence[int], *, now: datetime) -> None
 
 
 def requeue(session: Session, shard_ids: Sequence[int]) -> None:
-    """Put locked dead shards back in the queue with fresh attempts and lapses (their last error is
+    """Put locked dead shards back in the queue with fresh attempts, lapses and waits (their last error is
     kept)."""
     if shard_ids:
         session.execute(
             update(Shard)
             .where(Shard.id.in_(shard_ids))
-            .values(status=ShardStatus.queued, attempts=0, lapses=0, finished_at=None)
+            .values(status=ShardStatus.queued, attempts=0, lapses=0, waits=0, finished_at=None)
             .execution_options(synchronize_session=False)
         )
 

@@ -222,6 +222,7 @@ def _submit_waiting(db: Database, schedule: ScheduleRecord, *, settings: Setting
                 prepared.plan,
                 idempotency_key=idempotency_key(schedule.name, checkpoint.name, spec),
                 endpoint=prepared.endpoint,
+                context=prepared.engine_context,
             )
         except PosbiasError as exc:
             detail = not_submitted(schedule, checkpoint, problem=exc)

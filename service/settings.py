@@ -112,11 +112,31 @@ class Settings(BaseSettings):
         "parallel size is larger fails at once. Unset: read from Ray where it says (the nodes of a cluster "
         "without an autoscaler, or an autoscaler that publishes its node types).",
     )
+    compile_cache_dir: Path | None = Field(
+        None,
+        description="Where workers keep vLLM's and torch's compile caches: a folder on each worker node's "
+        "local disk (the manifests set /tmp/posbias-compile), not the shared model volume; unset: the cache "
+        "folder.",
+    )
     placement_timeout_seconds: float = Field(
-        900.0,
+        1800.0,
         gt=0,
-        description="How long a model's actor may wait for a node (the autoscaler adding one, or GPUs "
-        "freeing up) before its shards go back to the queue with the reason.",
+        description="How long a model's actor may wait for a node (the autoscaler adding one, the node "
+        "pulling the image and starting, or GPUs freeing up) before its shards go back to the queue with the "
+        "reason. A cold GPU node takes minutes to be provisioned and more to pull a vLLM image of about "
+        "10 GB; 1,800 s covers both with room.",
+    )
+    placement_waits: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="Times a shard may go back to the queue because its model's actor waited past the "
+        "placement timeout or was refused GPU memory; then its job fails with the reason.",
+    )
+    fixed_cluster: bool = Field(
+        False,
+        description="The Ray nodes up now are all the cluster will have (compose's single machine): a job "
+        "whose actor no node can hold fails at once. Always so for a Ray this process starts.",
     )
     gpu_memory_wait_seconds: float = Field(
         120.0,
@@ -146,6 +166,7 @@ class Settings(BaseSettings):
         """What a worker needs of these settings."""
         return WorkerConfig(
             cache_dir=str(self.cache_dir),
+            compile_cache_dir=str(self.compile_cache_dir) if self.compile_cache_dir is not None else None,
             cpu_kvcache_gib=self.cpu_kvcache_gib,
             cpu_threads=self.cpu_threads,
             gpu_memory_wait_seconds=self.gpu_memory_wait_seconds,
@@ -170,8 +191,10 @@ def _check_env_file(file: Path) -> None:
         info = file.stat()
     except FileNotFoundError:
         return
-    except OSError as exc:
-        raise PosbiasError(f"cannot read {file.resolve()}: {exc.strerror}") from None
+    except OSError as exc:  # e.g. a symlink loop, which resolve() could not name either
+        raise PosbiasError(
+            f"cannot read {file.absolute()}: {exc.strerror}; remove it, or make it a file of KEY=value lines"
+        ) from None
     where = file.resolve()
     if not stat.S_ISREG(info.st_mode):
         raise PosbiasError(f"{where} is not a regular file: remove it, or make it a file of KEY=value lines")

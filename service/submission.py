@@ -11,7 +11,6 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from posbias.schemas import (
     AnswerMode,
@@ -22,6 +21,7 @@ from posbias.schemas import (
     DesignEstimate,
     DryRun,
     EndpointReport,
+    EngineContext,
     EngineName,
     JobSpec,
     Plan,
@@ -29,12 +29,12 @@ from posbias.schemas import (
     QuestionPool,
     one_line,
 )
-from posbias.schemas.filler import MAX_FILLER_FILE_BYTES
 from posbias.service import context, costs, planner
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
 from posbias.workers.engine import Tokenizer
-from posbias.workers.models import check_model_source, context_limit
+from posbias.workers.filler import read_source as filler_source
+from posbias.workers.models import check_model_source, model_context_limit
 
 _UNBOUNDED = 10**8
 """Tokenizers without a stated limit report a huge `model_max_length` (transformers uses 1e30)."""
@@ -63,6 +63,11 @@ class Prepared:
     counted_with: str | None = None
     """engine openai: how those were counted."""
 
+    @property
+    def engine_context(self) -> EngineContext | None:
+        """The context the engine starts with and its source, as stored with the job (vLLM jobs only)."""
+        return self.context.record() if self.context is not None else None
+
 
 def prepare(
     spec: JobSpec,
@@ -89,17 +94,23 @@ def prepare(
     tokenizer, how = _local_tokenizer(spec, settings=settings)
     if spec.engine.name is not EngineName.vllm:
         return Prepared(spec=spec, pool=pool, plan=plan, tokenizer=tokenizer, tokenizer_source=how)
-    limits = [context_limit(spec.model, revision=spec.revision, cache_dir=settings.cache_dir)]
+    # A hub model's config alone is fetched when it is not here: the engine's context is never left to the
+    # model's own (131,072 tokens for a 70B model a laptop submits, more than its KV cache holds).
+    found = model_context_limit(spec.model, revision=spec.revision, cache_dir=settings.cache_dir)
+    limits = [found.tokens if found is not None else None]
+    where = "the model's config fetched from the hub" if found and found.fetched else "the model's config"
     stated = getattr(getattr(tokenizer, "hf", None), "model_max_length", None)
     if isinstance(stated, int) and 0 < stated < _UNBOUNDED:
         limits.append(stated)  # vLLM takes the tokenizer's limit too, when it is smaller
     limit = min((value for value in limits if value is not None), default=None)
+    if limit is not None and limit != limits[0]:
+        where = "the model's tokenizer"
     budgets = [value for value in (limit, spec.engine.max_model_len) if value is not None]
     # Every variant has the same prompts: the first variant's are all there is to measure.
     first = [trial for trial in plan.trials if trial.variant == spec.runs[0].name]
     one = plan.model_copy(update={"trials": tuple(first)})
     longest = context.longest_prompt(spec, one, tokenizer=tokenizer, budget=min(budgets, default=None))
-    chosen = context.context_for(spec, longest=longest, model_limit=limit)
+    chosen = context.context_for(spec, longest=longest, model_limit=limit, limit_source=where)
     if chosen.max_model_len != spec.engine.max_model_len:
         engine = spec.engine.model_copy(update={"max_model_len": chosen.max_model_len})
         spec = spec.model_copy(update={"engine": engine})
@@ -227,24 +238,7 @@ def read_filler(spec: JobSpec) -> JobSpec:
     filler = spec.filler
     if filler is None or filler.builtin or filler.text is not None:
         return spec
-    path = Path(filler.source).expanduser()
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PosbiasError(
-            f"cannot read the filler file {path}: {exc.strerror}; give a text file, or filler source builtin"
-        ) from None
-    if len(data) > MAX_FILLER_FILE_BYTES:
-        raise PosbiasError(
-            f"the filler file {path} is {len(data):,} bytes; posbias stores it with the job, so keep it "
-            f"under {MAX_FILLER_FILE_BYTES:,}"
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PosbiasError(f"the filler file {path} is not UTF-8 text; save it as UTF-8") from None
-    if len(text.split()) < 2:
-        raise PosbiasError(f"the filler file {path} has no text to cut filler from; give one with sentences")
+    text = filler_source(filler.source)
     return spec.model_copy(update={"filler": filler.model_copy(update={"text": text})})
 
 
@@ -326,6 +320,7 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = SAMPLE_TRIA
         batch_sizes=tuple(estimates),
         max_model_len=spec.engine.max_model_len if spec.engine.name is EngineName.vllm else None,
         model_context=prepared.context.model_limit if prepared.context else None,
+        context=prepared.engine_context,
         endpoint=prepared.endpoint,
         max_job_tokens=spec.engine.max_job_tokens,
         design=spec.describe_design(),

@@ -148,6 +148,8 @@ class Job(Base):
     # uses it, its token bound). No API key is ever part of it.
     endpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     model_id: Mapped[int | None] = mapped_column(Id, ForeignKey("models.id"))
+    # vLLM: a `schemas.jobs.EngineContext`, written at submit (the engine's context and where it came from).
+    context: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     trials_total: Mapped[int] = mapped_column(Integer)
     shards_total: Mapped[int] = mapped_column(Integer)
 
@@ -175,6 +177,8 @@ class Shard(Base):
     max_attempts: Mapped[int] = mapped_column(Integer)
     # Leases that lapsed without a result: its dispatcher died or lost the store (`queue.MAX_LAPSES`).
     lapses: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Times its model waited past the placement timeout or was refused GPU memory (`queue.give_up_waiting`).
+    waits: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     leased_at: Mapped[datetime | None]
     lease_expires_at: Mapped[datetime | None]

@@ -207,17 +207,34 @@ class WriteBack:
             self._owe(lambda: queue.release(self.db, shard_ids, owner=self.owner, reason=reason), shards=0)
 
     def give_back_calls(self, refs: Collection[Any], *, reason: str) -> None:
-        """Return the shards of the calls `refs` (of actors that were ended) to the queue with `reason`."""
+        """Return the shards of the calls `refs` (of actors that waited past the placement timeout, now
+        ended) to the queue with `reason`, each charged a wait (`wait_again`)."""
         flights = [flight for ref in refs for flight in self._in_flight.pop(ref, [])]
-        self.give_back([flight.lease.shard.shard_id for flight in flights], reason=reason)
+        self.wait_again([flight.lease.shard.shard_id for flight in flights], reason=reason)
 
     def give_back_model(self, model_key: str, *, reason: str) -> None:
-        """Return the in-flight shards of `model_key` to the queue with `reason`, without an attempt."""
+        """Return the in-flight shards of `model_key` (its load was refused GPU memory) to the queue with
+        `reason`, each charged a wait (`wait_again`)."""
         ids = []
         for ref, flights in list(self._in_flight.items()):
             if flights and flights[0].lease.shard.model_key == model_key:
                 ids += [flight.lease.shard.shard_id for flight in self._in_flight.pop(ref)]
-        self.give_back(ids, reason=reason)
+        self.wait_again(ids, reason=reason)
+
+    def wait_again(self, shard_ids: list[int], *, reason: str) -> None:
+        """Release `shard_ids` with `reason`, charging each a wait; a job whose shard has waited
+        `placement_waits` times fails with the reason, as soon as the store takes it."""
+        budget = self.settings.placement_waits
+
+        def write() -> None:
+            for job_id in queue.wait_again(
+                self.db, shard_ids, owner=self.owner, reason=reason, budget=budget
+            ):
+                error = f"{reason}; gave up after {budget} waits (POSBIAS_PLACEMENT_WAITS)"
+                jobs.fail(self.db, job_id, error=error)
+
+        if shard_ids:
+            self._owe(write, shards=0)
 
     def _fail(self, shard_id: int, error: str) -> None:
         self._owe(lambda: queue.fail(self.db, shard_id, owner=self.owner, error=error), shards=1)

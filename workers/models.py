@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from posbias.schemas import ModelInfo, PosbiasError, one_line
+from posbias.schemas.files import check_folder_files
+from posbias.workers.hub import can_fetch
 from posbias.workers.tokenizer import HfTokenizer
 
 DEMO_MODEL = "demo"
@@ -89,6 +91,7 @@ def check_model_source(model: str) -> ModelSource:
             raise PosbiasError(f"GGUF file {path} does not exist; check the path")
         return ModelSource(kind="gguf", location=str(path.resolve()))
     if path.is_dir():
+        check_folder_files(path, what="model folder")  # a FIFO there would hang whatever reads it
         if not (path / "config.json").is_file():
             raise PosbiasError(
                 f"{path} has no config.json, so it is not a Hugging Face model folder; point to the folder "
@@ -154,19 +157,22 @@ def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str 
     not cached here. Used to count prompt tokens exactly in a dry run."""
     from transformers import AutoTokenizer
 
+    def load(name: str | Path, **options: Any) -> HfTokenizer:
+        return HfTokenizer(AutoTokenizer.from_pretrained(name, trust_remote_code=False, **options))
+
     source = check_model_source(model)
     if tokenizer is not None and Path(tokenizer).expanduser().is_dir():
-        return HfTokenizer(AutoTokenizer.from_pretrained(Path(tokenizer).expanduser()))
+        return load(Path(tokenizer).expanduser())
     if source.kind == "folder":
-        return HfTokenizer(AutoTokenizer.from_pretrained(source.location))
+        return load(source.location)
     if source.kind == "gguf":
         file = Path(source.location)
         converted = converted_folder(file, cache_dir=cache_dir)
         if converted is not None:  # seconds faster than reading the vocabulary out of the GGUF file
-            return HfTokenizer(AutoTokenizer.from_pretrained(converted))
+            return load(converted)
         return HfTokenizer(_gguf_tokenizer(file, cache_dir=cache_dir))
     try:  # a hub model whose tokenizer is in the local Hugging Face cache; no download
-        return HfTokenizer(AutoTokenizer.from_pretrained(source.location, local_files_only=True))
+        return load(source.location, local_files_only=True)
     except Exception:  # not cached (transformers raises OSError, ValueError, ...)
         return None
 
@@ -179,8 +185,8 @@ def _gguf_tokenizer(file: Path, *, cache_dir: str | Path) -> Any:
     folder = _converted_path(file.resolve(), cache_dir=cache_dir)
     kept = folder.parent.parent / "tokenizers" / folder.name
     if (kept / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(kept)
-    tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
+        return AutoTokenizer.from_pretrained(kept, trust_remote_code=False)
+    tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, trust_remote_code=False)
     kept.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{kept.name}-", dir=kept.parent))
     try:
@@ -199,21 +205,48 @@ def context_limit(model: str, *, revision: str | None = None, cache_dir: str | P
     `demo`, or a hub model in the local Hugging Face cache); None when it is not here. It is the text
     config's `max_position_embeddings` (the smallest of the keys vLLM reads), without the RoPE-scaling
     factor vLLM may apply to it, so never more than what vLLM accepts."""
+    found = model_context_limit(model, revision=revision, cache_dir=cache_dir, fetch=False)
+    return found.tokens if found is not None else None
+
+
+@dataclass(frozen=True)
+class ContextLimit:
+    """A model's own context limit, and whether its config was fetched from the hub (not on this machine)."""
+
+    tokens: int
+    fetched: bool
+
+
+def model_context_limit(
+    model: str, *, revision: str | None = None, cache_dir: str | Path, fetch: bool = True
+) -> ContextLimit | None:
+    """`context_limit`, and for a hub model whose config is not cached here (`fetch`), its config alone
+    downloaded as variants download it (one small file; the weights stay where they are); None when neither
+    can be had (no network, a gated model without a token)."""
     from transformers import AutoConfig
 
     source = check_model_source(model)
+    fetched = False
     try:
         if source.kind == "folder":
-            config = AutoConfig.from_pretrained(source.location)
+            config = AutoConfig.from_pretrained(source.location, trust_remote_code=False)
         elif source.kind == "gguf":
-            return gguf_context_length(Path(source.location))
+            tokens = gguf_context_length(Path(source.location))
+            return ContextLimit(tokens, fetched=False) if tokens else None
         else:
-            config = AutoConfig.from_pretrained(source.location, revision=revision, local_files_only=True)
-    except Exception:  # not on this machine, or a config transformers cannot read
+            hub = {"revision": revision, "trust_remote_code": False}
+            try:
+                config = AutoConfig.from_pretrained(source.location, local_files_only=True, **hub)
+            except OSError:
+                if not fetch or not can_fetch():  # no network: the hub client would retry for ~30 s
+                    return None
+                config, fetched = AutoConfig.from_pretrained(source.location, **hub), True
+    except Exception:  # not on this machine or the hub, or a config transformers cannot read
         return None
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     found = [_int_or_none(getattr(text, key, None)) for key in _CONTEXT_KEYS]
-    return min((value for value in found if value), default=None)
+    tokens = min((value for value in found if value), default=None)
+    return ContextLimit(tokens, fetched=fetched) if tokens else None
 
 
 def local_model_info(model: str, *, revision: str | None = None, cache_dir: str | Path) -> ModelInfo | None:
@@ -225,14 +258,16 @@ def local_model_info(model: str, *, revision: str | None = None, cache_dir: str 
     source = check_model_source(model)
     try:
         if source.kind == "folder":
-            config = AutoConfig.from_pretrained(source.location)
+            config = AutoConfig.from_pretrained(source.location, trust_remote_code=False)
         elif source.kind == "gguf":
             converted = converted_folder(Path(source.location), cache_dir=cache_dir)
             if converted is None:
                 return None
-            config = AutoConfig.from_pretrained(converted)
+            config = AutoConfig.from_pretrained(converted, trust_remote_code=False)
         else:
-            config = AutoConfig.from_pretrained(source.location, revision=revision, local_files_only=True)
+            config = AutoConfig.from_pretrained(
+                source.location, revision=revision, local_files_only=True, trust_remote_code=False
+            )
     except Exception:  # not on this machine, or a config transformers cannot read
         return None
     return read_model_info(config, name=model, revision=revision)
@@ -327,8 +362,9 @@ def _convert_gguf_into(file: Path, out: Path) -> None:
 
     folder, name = str(file.parent), file.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        options: dict[str, Any] = {"gguf_file": name, "trust_remote_code": False}
+        tokenizer = AutoTokenizer.from_pretrained(folder, **options)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
     except Exception as exc:  # transformers raises many types for an unsupported GGUF
         raise PosbiasError(
             f"cannot convert {file} from GGUF ({one_line(exc)}); give the model's Hugging Face id or folder "

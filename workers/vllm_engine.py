@@ -46,8 +46,8 @@ def _release_with(engine: VllmEngine, llm: Any) -> Callable[[], None]:
     shares (vLLM keeps it process-wide), and vLLM shuts a collected engine down by itself: with another
     engine still open here that would break the other one. So for an in-process core, vLLM's own finalizer
     is replaced by one that shuts down only when no other engine of this process is open (otherwise the
-    memory is left to the collector). An actor holds one engine, so there it always shuts down; a core in
-    its own processes (vLLM's multiprocessing) is left to vLLM.
+    memory is left to the collector, see `_shutdown_unless_shared`). An actor holds one engine, so there it
+    always shuts down; a core in its own processes (vLLM's multiprocessing) is left to vLLM.
     """
     client = llm.llm_engine.engine_core
     own = getattr(client, "_finalizer", None)
@@ -60,6 +60,11 @@ def _release_with(engine: VllmEngine, llm: Any) -> Callable[[], None]:
 def _shutdown_unless_shared(core: Any) -> None:
     if not any(True for _ in _OPEN):  # iterating sees only live engines (len() may count a dying one)
         core.shutdown()
+    else:
+        # vLLM froze every object of the process out of the collector's reach once the core had started
+        # (gc.freeze), and only its shutdown unfreezes them: without this a core left to the collector keeps
+        # its weights and KV cache (1 GiB each on CPUs) until the process ends.
+        gc.unfreeze()
 
 
 class VllmEngine(EngineBase[HfTokenizer]):

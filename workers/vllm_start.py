@@ -12,7 +12,9 @@ memory vLLM will ask for: an engine that was just closed, or one whose actor was
 freeing it. vLLM refuses to start below that ("Free memory on device ... is less than desired GPU memory
 utilization"; through its engine-core process only as "Engine core initialization failed"), so a refused
 start with the GPUs short of memory is tried again with backoff, and past the bound it is a
-`RetryableError` (the shards go back to the queue), not a broken model.
+`RetryableError` (the shards go back to the queue), not a broken model. With the engine core in a
+subprocess (every GPU) what it writes while it starts is kept (`workers/engine_output.py`): its logged
+exception is the load's one-line error, and decides whether the refusal was for memory.
 
 vLLM is imported only when an engine is built, after its environment variables are set.
 """
@@ -23,10 +25,12 @@ import logging
 import os
 import re
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from posbias.schemas import EngineOptions, PosbiasError, RetryableError, WorkerConfig, one_line
+from posbias.workers.engine_output import EngineOutput
 from posbias.workers.models import ResolvedModel
 from posbias.workers.vllm_readback import WORKER_EXTENSION
 
@@ -73,9 +77,12 @@ def start_llm(
         if options.tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "mp"
     kwargs.update(options.extra)
+    kwargs["trust_remote_code"] = options.trust_remote_code  # the job's field alone decides
 
+    import vllm.envs
     from vllm import LLM
 
+    subprocess_core = bool(vllm.envs.VLLM_ENABLE_V1_MULTIPROCESSING)
     measure = not on_cpu and current_platform.is_cuda()
     gpus = options.tensor_parallel_size
     need = options.gpu_memory_utilization
@@ -88,16 +95,22 @@ def start_llm(
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(2 * pause, 30.0)
             continue
+        output = EngineOutput()
         try:
-            llm = LLM(resolved.model, **kwargs)
+            with output.capture() if subprocess_core else nullcontext(output):
+                llm = LLM(resolved.model, **kwargs)
             break
         except Exception as exc:  # vLLM and transformers raise anything from OSError to pydantic errors
-            refused = _memory_refusal(exc)
+            # A subprocess engine core's failure reaches this process as a generic error: its root cause is
+            # what it logged, kept by `output`.
+            cause = output.root_cause() if subprocess_core else None
+            refused = _memory_refusal(exc) or bool(cause and _MEMORY_REFUSAL.search(cause))
             short = _short_gpus(gpus, need=need) if measure else []
+            said = f"{cause} ({_full_log(exc)})" if cause else one_line(exc)
             if not (refused or short):
-                raise PosbiasError(f"cannot load model {resolved.source}: {one_line(exc)}") from exc
+                raise PosbiasError(f"cannot load model {resolved.source}: {said}") from exc
             if time.monotonic() >= deadline:
-                held = "; ".join(short) or one_line(exc)
+                held = "; ".join(short) or said
                 waited = config.gpu_memory_wait_seconds
                 raise RetryableError(
                     f"the GPUs did not have the memory vLLM asks for within {waited:.0f} s ({held}); another "
@@ -110,6 +123,20 @@ def start_llm(
         "cpu" if on_cpu else ("cuda" if current_platform.is_cuda_alike() else current_platform.device_type)
     )
     return llm, device
+
+
+def _full_log(exc: BaseException) -> str:
+    """Where the engine core's whole log is: this actor's Ray worker log, on its node."""
+    first = one_line(exc).split(". ", 1)[0]
+    try:
+        import ray
+
+        context = ray.get_runtime_context()
+        actor, node = context.get_actor_id(), context.get_node_id()
+    except Exception:  # not in a Ray worker
+        actor = node = None
+    where = f"actor {actor} on node {node}" if actor else f"process {os.getpid()}"
+    return f"{first}; the full log is the Ray worker log of {where}"
 
 
 def _memory_refusal(exc: BaseException) -> bool:
@@ -155,7 +182,9 @@ def _set_vllm_environment(config: WorkerConfig, *, on_cpu: bool) -> None:
     """vLLM and torch read these from the environment; the worker's config is their only source."""
     import vllm.envs
 
-    cache = Path(config.cache_dir).expanduser()
+    # Compile caches on the node's own disk when the config names one: on the shared model volume they are
+    # slow to read and write, and shared between GPU types whose kernels differ.
+    cache = Path(config.compile_cache_dir or config.cache_dir).expanduser()
     os.environ["VLLM_CACHE_ROOT"] = str(cache / "vllm")
     # torch compiles a sampler kernel with g++ on first use (~35 s on CPU); keep it across restarts.
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")

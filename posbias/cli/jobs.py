@@ -81,6 +81,10 @@ def status(
     )
     if record.error:
         out.print(f"error: {record.error}")
+    if record.spec.engine.trust_remote_code:
+        out.print("the model's own code: runs on the workers (engine.trust_remote_code: true)")
+    if record.context:
+        out.print(f"engine context: {record.context.describe()}")
     if record.engine:
         e = record.engine
         out.print(f"engine: {e.name} {e.version}, {e.dtype}, attention {e.attention_backend}, {e.device}")
@@ -134,8 +138,10 @@ def _job_json(job: JobRecord) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "error": job.error,
         "idempotency_key": job.idempotency_key,
+        "trust_remote_code": job.spec.engine.trust_remote_code,
         "engine": job.engine.model_dump(mode="json") if job.engine else None,
         "endpoint": job.endpoint.model_dump(mode="json") if job.endpoint else None,
+        "context": job.context.model_dump(mode="json") if job.context else None,
         "variants": [v.model_dump(mode="json") for v in job.variants],
     }
 

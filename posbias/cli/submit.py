@@ -106,12 +106,17 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
             unchecked = posbias.unchecked_overrides(dry.spec, v)
             note = f" (not checked after loading: {', '.join(unchecked)})" if unchecked else ""
             out.print(f"  {v.name}: {asked}{note}")
-    if dry.max_model_len is not None:
+    if dry.context is not None:
         own = f"{dry.model_context:,}" if dry.model_context is not None else "not known here"
-        out.print(f"engine context: {dry.max_model_len:,} tokens (the model's own: {own})")
+        out.print(f"engine context: {dry.context.describe()}; the model's own: {own}")
     if dry.endpoint is not None:
         _print_endpoint(dry)
+    out.print(f"the model's own code: {_trust(dry.spec.engine.trust_remote_code)}")
     out.print("nothing was enqueued (dry run)")
+
+
+def _trust(trusted: bool) -> str:
+    return "runs on the workers (engine.trust_remote_code: true)" if trusted else "never run"
 
 
 def _print_endpoint(dry: DryRun) -> None:

@@ -296,6 +296,26 @@ def test_without_knowing_the_node_types_a_waiting_actor_gives_its_shards_back_wi
     jobs.cancel(cluster.db, job)  # leave nothing for the next test's dispatcher
 
 
+def test_a_job_no_node_type_can_hold_fails_after_its_waits_and_until_empty_exits(
+    cluster: Cluster, make_job: MakeJob
+) -> None:
+    """The same TP 2 job, left to its budget: each wait past the placement timeout is charged, and after
+    POSBIAS_PLACEMENT_WAITS the job fails with what was waited for; an `--until-empty` dispatcher exits."""
+    job, _ = _gpu_job(cluster, make_job, "gpu-model-tp2-gives-up", tp=2, batch_sizes=(2,), iterations=2)
+    worker = cluster.worker(
+        "--until-empty", POSBIAS_PLACEMENT_TIMEOUT_SECONDS="2", POSBIAS_PLACEMENT_WAITS="2"
+    )
+    summary = summary_of(worker)
+
+    failed = jobs.get(cluster.db, job)
+    assert failed.status is JobStatus.failed and failed.error is not None and "\n" not in failed.error
+    assert "no Ray node took the model's actor within 2 s" in failed.error
+    assert "it needs 2 GPUs on one node and no node up has them" in failed.error
+    assert failed.error.endswith("gave up after 2 waits (POSBIAS_PLACEMENT_WAITS)")
+    assert all(s.attempts == 0 for s in jobs.shards(cluster.db, job))
+    assert summary["shards_written"] == 0
+
+
 def test_a_model_released_for_another_closes_its_engine_before_the_other_loads(
     cluster: Cluster, make_job: MakeJob
 ) -> None:

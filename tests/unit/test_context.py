@@ -74,10 +74,14 @@ def test_the_specs_own_context_is_kept_and_checked(mmlu_pool: QuestionPool) -> N
         context_for(short, longest=longest, model_limit=None)
 
 
-def test_without_the_tokenizer_an_estimate_serves_only_under_a_limit(mmlu_pool: QuestionPool) -> None:
+def test_without_the_tokenizer_an_estimate_bounds_the_context_and_says_so(mmlu_pool: QuestionPool) -> None:
     spec = _spec(batch_sizes=[10], iterations=5)
     estimate = longest_prompt(spec, plan(spec, pool=mmlu_pool), tokenizer=None)
     assert estimate is not None and not estimate.counted
-    assert context_for(spec, longest=estimate, model_limit=None).max_model_len is None
+    # Neither tokenizer nor config: a bounded default, never the model's own (131,072 tokens for Llama 3.x).
+    alone = context_for(spec, longest=estimate, model_limit=None)
+    assert alone.max_model_len is not None and estimate.tokens <= alone.max_model_len < 2 * estimate.tokens
+    assert "estimated at 2 characters a token" in alone.source
+    assert alone.source.endswith("a default, no tokenizer or config could be had")
     capped = context_for(spec, longest=estimate, model_limit=2048)
     assert capped.max_model_len == 2048  # an estimate never refuses a job
