@@ -1,7 +1,8 @@
 """Every design end to end on the fake engine (a real local Ray, the dispatcher, SQLite and PostgreSQL): the
 prompts rebuilt from the store, checked position by position against what was stored; answer slots,
-filler spans and window fields; curves on every axis, the SQL views, and `explain` naming the cause of
-fakes driven by each one at 200 trials."""
+filler spans and window fields; curves on every axis, the SQL views, and `explain` on the store naming the
+cause of fakes driven by each one at 200 trials (how often it names a wrong one: tests/unit/test_explain.py).
+"""
 
 from __future__ import annotations
 
@@ -175,17 +176,21 @@ def test_explain_names_the_cause_of_each_fake(
         for cause, fields in CAUSES.items()
     }
     dispatch(sqlite_db, fast_settings(sqlite_db.url))
+    # What a correct explain gets right in practically every job: the cause named (power about 1 at 200
+    # trials), a step at the window found and its break interval holding the window (for a 30-point step:
+    # 1.000 and 0.986 of 500 in benchmarks/coverage.py). How often it names a cause the fake does not depend
+    # on, or a step where there is none (5% each by design: one job cannot check them), is tested over 346
+    # seeds in tests/unit/test_explain.py, and so are the step's power and location.
     for cause, job in submitted.items():
         (found,) = curves.explain(sqlite_db, [job], resamples=300)
         moving = {e.name for e in found.effects if e.distinguishable}
-        assert moving == {cause}, (cause, found.verdict)
+        assert cause in moving, (cause, found.verdict)
         if cause == "answer slot":
             assert found.window is None  # the fake has no window
             continue
         step = found.window
         assert step is not None and step.tested, found.verdict
+        assert step.window == STEP_WINDOW and step.answers_inside > 0 and step.answers_beyond > 0
         if cause == "token distance":
             assert step.found and step.break_interval is not None and step.window_in_interval, found.verdict
             assert step.break_interval[0] < STEP_WINDOW <= step.break_interval[1]
-        else:
-            assert not step.found and step.break_interval is None, found.verdict
