@@ -1,5 +1,5 @@
-"""Fixtures every tier may use: a throwaway PostgreSQL server for the session, the MMLU copy, and a local
-webhook receiver."""
+"""Fixtures every tier may use: a throwaway PostgreSQL server and a local Ray for the session, the MMLU copy,
+and a local webhook receiver."""
 
 from __future__ import annotations
 
@@ -24,6 +24,21 @@ def postgres_server() -> Iterator[PostgresServer]:
     """A throwaway PostgreSQL server for the whole session (started on first use)."""
     with running() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """One local Ray in this process for the whole session (each start costs 5-15 s), started on first use
+    (or the one this process already has: `api.dispatch` starts one where none is) and stopped at the end.
+    A test that dispatches in-process uses it; one that runs the CLI as a subprocess gets a Ray of its own."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
+    yield
+    ray.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ per test the same way.
 - `postgres_url`: a migrated, empty PostgreSQL store only; `sqlite_url`: the same on SQLite only.
 - `db`: an open `Database` on `database_url`.
 - `make_job`, `answer`: submit a small job and build a worker's result for a leased shard.
-- `ray_session`: one local Ray for the session; `fast_settings(url)`: dispatcher settings with short
-  polls, heartbeats and leases.
+- `ray_session` (tests/conftest.py): one local Ray for the session; `fast_settings(url)`: dispatcher
+  settings with short polls, heartbeats and leases.
 
 Helpers test modules import (they cannot import this file) are in tests/support: running a job to the end
 (`job_runs`), reading its results back (`results`), waiting for a condition (`waiting`), free ports (`ports`).
@@ -255,19 +255,7 @@ def answer() -> Answer:
     return build_result
 
 
-# --- Ray and dispatchers -----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def ray_session() -> Any:
-    """One local Ray for the session (each start costs 5-15 s)."""
-    import ray
-
-    ray.init(
-        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
-    )
-    yield
-    ray.shutdown()
+# --- dispatchers -------------------------------------------------------------------------------------
 
 
 @pytest.fixture

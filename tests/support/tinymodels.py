@@ -5,17 +5,26 @@ with a chat template) in a few seconds, with no download. The weights are random
 what is real is everything around them: the architecture (Gemma 2's alternating sliding window, Gemma 3's
 five local layers per global one with a RoPE base per layer kind, Llama's full attention), prompt lengths in
 the thousands of tokens, chat templates, constrained decoding and option log-probabilities.
+
+`tiny_model` is the same model built once per machine: kept in the suite's cache (`support.testcache`)
+under the hash of its arguments, this module's code and the versions of the libraries that write it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
+import shutil
+import uuid
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
 
 from posbias.schemas import PromptTemplate
+from support.testcache import cache_root
 
 Architecture = Literal["llama", "gemma2", "gemma3"]
 
@@ -79,6 +88,39 @@ _LLAMA_STYLE = _ChatStyle(
 )
 
 
+_WRITERS = ("torch", "transformers", "tokenizers", "safetensors")
+"""The libraries whose versions decide the bytes `build_tiny_model` writes."""
+
+
+def tiny_model(*, architecture: Architecture, **fields: Any) -> Path:
+    """The folder `build_tiny_model(folder, architecture=..., **fields)` writes, built the first time these
+    arguments, this module's code and the versions of the libraries that write the files are seen on this
+    machine, and reused after that (from other sessions and clones too). Treat it as read-only."""
+    key = json.dumps(
+        {
+            "arguments": {"architecture": architecture, **fields},
+            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+            "versions": {name: version(name) for name in _WRITERS},
+        },
+        sort_keys=True,
+    )
+    root = cache_root() / "tiny-models"
+    final = root / f"{architecture}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    if final.is_dir():
+        return final
+    # Built aside and renamed into place, so a folder under its final name is always complete, and two
+    # sessions building at once both end with one of the two (the same bytes).
+    partial = root / f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    build_tiny_model(partial, architecture=architecture, **fields)
+    try:
+        partial.rename(final)
+    except OSError:
+        if not final.is_dir():
+            raise
+        shutil.rmtree(partial)
+    return final
+
+
 def build_tiny_model(
     folder: str | Path,
     *,
@@ -89,16 +131,18 @@ def build_tiny_model(
     max_position_embeddings: int = 4096,
     rope_theta: float | None = None,
     vocab_size: int = 1024,
+    head_dim: int = _HEAD_DIM,
 ) -> Path:
     """Write a tiny random-weights Hugging Face model to `folder` (created; must be empty or absent).
 
-    Hidden size 64, two heads of 32, `num_layers` layers. `gemma2`: a sliding window of `sliding_window`
-    tokens on every other layer (layers 0, 2, ...), as in Gemma 2; `gemma3`: five sliding layers, then one
-    global (layers 5, 11, ... global), as in Gemma 3, with RoPE base 10000 on the sliding layers and
-    `rope_theta` (default 1000000) on the global ones; `llama`: full attention everywhere. RoPE base
-    `rope_theta` (default 10000 for Gemma 2, 500000 for Llama, as in the real models). The tokenizer is
-    byte-level BPE with every digit a token of its own, so an answer line `k. i` is the tokens `k`, `.`,
-    ` `, `i`. The same arguments give the same files, byte for byte.
+    Hidden size 64, two heads of `head_dim` (32; Gemma 2's real 256 for `scripts/gpu-check.sh`, the size that
+    decides its attention backend on GPUs), `num_layers` layers. `gemma2`: a sliding window of
+    `sliding_window` tokens on every other layer (layers 0, 2, ...), as in Gemma 2; `gemma3`: five sliding
+    layers, then one global (layers 5, 11, ... global), as in Gemma 3, with RoPE base 10000 on the sliding
+    layers and `rope_theta` (default 1000000) on the global ones; `llama`: full attention everywhere. RoPE
+    base `rope_theta` (default 10000 for Gemma 2, 500000 for Llama, as in the real models). The tokenizer is
+    byte-level BPE with every digit a token of its own, so an answer line `k. i` is the tokens `k`, `.`, ` `,
+    `i`. The same arguments give the same files, byte for byte.
     """
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
@@ -121,6 +165,7 @@ def build_tiny_model(
         sliding_window=sliding_window,
         max_position_embeddings=max_position_embeddings,
         rope_theta=rope_theta,
+        head_dim=head_dim,
         bos_token_id=special[style.bos],
         eos_token_id=eos_ids,
         pad_token_id=special[style.pad],
@@ -145,6 +190,7 @@ def _model_config(
     sliding_window: int,
     max_position_embeddings: int,
     rope_theta: float | None,
+    head_dim: int = _HEAD_DIM,
     bos_token_id: int,
     eos_token_id: list[int],
     pad_token_id: int,
@@ -158,7 +204,7 @@ def _model_config(
         "num_hidden_layers": num_layers,
         "num_attention_heads": 2,
         "num_key_value_heads": 2,
-        "head_dim": _HEAD_DIM,
+        "head_dim": head_dim,
         "max_position_embeddings": max_position_embeddings,
         "bos_token_id": bos_token_id,
         "eos_token_id": eos_token_id,
@@ -171,7 +217,7 @@ def _model_config(
             sliding_window=sliding_window,
             # Gemma 2's pattern, spelled out so the saved config states it.
             layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)],
-            query_pre_attn_scalar=_HEAD_DIM,
+            query_pre_attn_scalar=head_dim,
             rope_parameters={"rope_type": "default", "rope_theta": theta},
             tie_word_embeddings=True,
         )
@@ -183,7 +229,7 @@ def _model_config(
             layer_types=[
                 "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(num_layers)
             ],
-            query_pre_attn_scalar=_HEAD_DIM,
+            query_pre_attn_scalar=head_dim,
             rope_parameters={
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
                 "full_attention": {"rope_type": "default", "rope_theta": theta},

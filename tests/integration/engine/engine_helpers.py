@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from posbias.schemas import PromptTemplate
 from posbias.workers.engine import Encoding, Tokenizer
+from posbias.workers.models import ResolvedModel
 
 TINY_CONTEXT = 4096
 """max_position_embeddings of the tiny models."""
@@ -18,6 +21,14 @@ GEMMA2_WINDOW = 64
 GEMMA3_WINDOW = 48
 """The tiny Gemma 3's sliding window (layers 0-4 of 6)."""
 KV_CACHE_GIB = 1
+
+
+class Conversion(NamedTuple):
+    """The demo model's GGUF file resolved, in the session's fresh cache, before any engine loads it."""
+
+    resolved: ResolvedModel
+    weights: os.stat_result
+    """The converted weights file as the conversion left it."""
 
 
 def answer_sheet_regex(n_options: Sequence[int]) -> str:

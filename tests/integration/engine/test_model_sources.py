@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from engine_helpers import answer_sheet_regex, answer_slots, chat_prompt
+from engine_helpers import Conversion, answer_sheet_regex, answer_slots, chat_prompt
 
 from posbias.schemas import PosbiasError, WorkerConfig
 from posbias.workers.engine import GenerationRequest
@@ -67,53 +67,52 @@ def test_the_demo_model_is_the_installed_smollm2_gguf() -> None:
 
 
 @pytest.mark.vllm
-def test_a_gguf_file_is_converted_once_and_answers(worker_config: WorkerConfig) -> None:
+def test_a_gguf_file_is_converted_once_and_answers(
+    worker_config: WorkerConfig, demo_conversion: Conversion, demo_engine: VllmEngine
+) -> None:
     gguf = demo_model_path()
     cache = Path(worker_config.cache_dir)
 
-    first = resolve_model(str(gguf), cache_dir=cache)
+    first = demo_conversion.resolved  # the first resolve in the session's fresh cache, before any engine
     assert first.converted
     folder = Path(first.model)
     assert folder.parent == cache / "models"
     assert (folder / "config.json").is_file() and list(folder.glob("*.safetensors"))
-    weights = next(folder.glob("*.safetensors")).stat()
+    weights = demo_conversion.weights
 
-    engine = VllmEngine(str(gguf), config=worker_config)
-    try:
-        # The engine's own resolve found the cached folder: same place, same files, nothing rebuilt.
-        assert engine.resolved.model == first.model
-        again = next(folder.glob("*.safetensors")).stat()
-        assert (again.st_ino, again.st_mtime_ns) == (weights.st_ino, weights.st_mtime_ns)
-        assert [p.name for p in (cache / "models").iterdir() if p.is_dir()] == [folder.name]
+    engine = demo_engine  # the session's, loaded from the GGUF file after that resolve
+    # The engine's own resolve found the cached folder: same place, same files, nothing rebuilt.
+    assert engine.resolved.model == first.model
+    again = next(folder.glob("*.safetensors")).stat()
+    assert (again.st_ino, again.st_mtime_ns) == (weights.st_ino, weights.st_mtime_ns)
+    assert [p.name for p in (cache / "models").iterdir() if p.is_dir()] == [folder.name]
 
-        info = engine.model_info
-        assert info.name == str(gguf)
-        assert info.architecture == "LlamaForCausalLM"
-        assert info.num_layers == 30
-        assert info.rope_theta == 100_000.0
-        assert info.context_length == 8192
-        assert info.num_parameters is not None and 130e6 < info.num_parameters < 140e6  # "135M"
-        assert engine.max_model_len == 8192
+    info = engine.model_info
+    assert info.name == str(gguf)
+    assert info.architecture == "LlamaForCausalLM"
+    assert info.num_layers == 30
+    assert info.rope_theta == 100_000.0
+    assert info.context_length == 8192
+    assert info.num_parameters is not None and 130e6 < info.num_parameters < 140e6  # "135M"
+    assert engine.max_model_len == 8192
 
-        questions = (
-            "Answer each question with the number of the correct option, one `k. i` line per question.\n\n"
-            "1. Question: What is 2 + 2?\n   Choices:\n   1. 3\n   2. 4\n   3. 5\n   4. 22\n\n"
-            "2. Question: What is the capital of France?\n   Choices:\n   1. Rome\n   2. Oslo\n   3. Paris\n"
-            "   4. Bern"
-        )
-        prompt = chat_prompt(engine.tokenizer, questions)
-        regex = answer_sheet_regex([4, 4])
-        [generation] = engine.generate(
-            [GenerationRequest(prompt.ids, max_tokens=24, regex=regex, option_labels=OPTIONS)],
-            temperature=0.0,
-            top_p=1.0,
-            seed=None,
-        )
-        assert re.fullmatch(regex, generation.text), generation.text
-        assert generation.top_logprobs is not None
-        for slot in answer_slots(generation.text, 2):
-            candidates = generation.top_logprobs[generation.token_offsets.index(slot)]
-            assert set(candidates) <= set(OPTIONS)
-            assert math.fsum(math.exp(lp) for lp in candidates.values()) == pytest.approx(1.0, abs=1e-3)
-    finally:
-        engine.close()
+    questions = (
+        "Answer each question with the number of the correct option, one `k. i` line per question.\n\n"
+        "1. Question: What is 2 + 2?\n   Choices:\n   1. 3\n   2. 4\n   3. 5\n   4. 22\n\n"
+        "2. Question: What is the capital of France?\n   Choices:\n   1. Rome\n   2. Oslo\n   3. Paris\n"
+        "   4. Bern"
+    )
+    prompt = chat_prompt(engine.tokenizer, questions)
+    regex = answer_sheet_regex([4, 4])
+    [generation] = engine.generate(
+        [GenerationRequest(prompt.ids, max_tokens=24, regex=regex, option_labels=OPTIONS)],
+        temperature=0.0,
+        top_p=1.0,
+        seed=None,
+    )
+    assert re.fullmatch(regex, generation.text), generation.text
+    assert generation.top_logprobs is not None
+    for slot in answer_slots(generation.text, 2):
+        candidates = generation.top_logprobs[generation.token_offsets.index(slot)]
+        assert set(candidates) <= set(OPTIONS)
+        assert math.fsum(math.exp(lp) for lp in candidates.values()) == pytest.approx(1.0, abs=1e-3)

@@ -3,7 +3,8 @@ model, free and constrained, end to end through the dispatcher and Ray into SQLi
 answer matches the in-process engine's on the same prompts (greedy): parse, prediction, token offsets, token
 distance, option probabilities, the output itself.
 
-Each server starts once for this module (its start-up, about a minute here, is the cost).
+Each server starts once for this module (its start-up, about a minute here, is the cost); the in-process
+engines are the session's (tests/integration/engine/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from engine_helpers import Conversion
 from support.vllmserve import VllmServer, vllm_serve
 
 import posbias.api as api
-from posbias.schemas import EngineName, JobSpec, JobStatus, TrialResult, WorkerConfig
+from posbias.schemas import EngineName, JobSpec, JobStatus, TrialResult
 from posbias.service import database, queries
 from posbias.service.settings import Settings
 from posbias.service.shards import shard_spec
-from posbias.workers.models import convert_gguf, demo_model_path
 from posbias.workers.shard import run_shard
 from posbias.workers.vllm_engine import VllmEngine
 
@@ -41,27 +42,19 @@ def llama_server(
 
 
 @pytest.fixture(scope="module")
-def demo_folder(cache_dir: Path) -> Path:
-    """The demo model converted from GGUF, where the in-process engine converts it too."""
-    return convert_gguf(demo_model_path(), cache_dir=cache_dir)
-
-
-@pytest.fixture(scope="module")
 def demo_server(
-    demo_folder: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    demo_conversion: Conversion, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmServer]:
+    """The demo model served from the folder its GGUF file was converted into for the in-process engine."""
     log = tmp_path_factory.mktemp("vllm-serve") / "demo.log"
     with vllm_serve(
-        demo_folder, cache_dir=cache_dir, log=log, served_model="demo", max_model_len=DEMO_CONTEXT
+        demo_conversion.resolved.model,
+        cache_dir=cache_dir,
+        log=log,
+        served_model="demo",
+        max_model_len=DEMO_CONTEXT,
     ) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def demo_engine(demo_folder: Path, worker_config: WorkerConfig) -> Iterator[VllmEngine]:
-    engine = VllmEngine("demo", config=worker_config)
-    yield engine
-    engine.close()
 
 
 @pytest.fixture

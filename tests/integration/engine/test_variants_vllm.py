@@ -4,7 +4,8 @@ layer; the canary shows that a changed window changes how the model reads a text
 nothing shorter; a job of two variants runs from submit to a paired comparison on SQLite and PostgreSQL.
 
 Every variant is an engine of its own (a load costs a few seconds once the architecture has been seen), so
-each test loads only the variants it needs and closes them."""
+each test loads only the variants it needs and closes them; the published tiny Gemma 2 and Llama are the
+session's engines, which stay open around them."""
 
 from __future__ import annotations
 
@@ -73,15 +74,12 @@ class Reading(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def gemma2_baseline(tiny_gemma2_dir: Path, worker_config: WorkerConfig) -> Reading:
-    """The published tiny Gemma 2, read once and closed. (Not the session's `gemma2_engine`: closing an
-    in-process engine ends the parallel state every engine of the process shares, so this module never uses
-    an engine loaded before one it closed.)"""
-    engine = load(tiny_gemma2_dir, Variant(name="baseline"), config=worker_config)
-    try:
-        return Reading(engine.layers, canary(engine, tokens=20), canary(engine, tokens=4 * GEMMA2_WINDOW))
-    finally:
-        engine.close()
+def gemma2_baseline(gemma2_engine: VllmEngine) -> Reading:
+    """The published tiny Gemma 2, read once: the session's engine, which is the baseline variant (no config
+    changes) with this module's context."""
+    assert gemma2_engine.max_model_len == OPTIONS.max_model_len
+    short, long = canary(gemma2_engine, tokens=20), canary(gemma2_engine, tokens=4 * GEMMA2_WINDOW)
+    return Reading(gemma2_engine.layers, short, long)
 
 
 @pytest.mark.parametrize(
@@ -174,7 +172,7 @@ def test_gemma3_variants_are_built_as_asked_and_a_silently_ignored_override_is_r
 
 
 def test_llama_takes_a_rope_base_and_refuses_window_variants_with_what_it_supports(
-    tiny_llama_dir: Path, worker_config: WorkerConfig, cache_dir: Path
+    tiny_llama_dir: Path, worker_config: WorkerConfig, cache_dir: Path, llama_engine: VllmEngine
 ) -> None:
     for name in ("global-only", "window:32", "pattern:5:1"):
         with pytest.raises(PosbiasError) as refused:
@@ -190,7 +188,8 @@ def test_llama_takes_a_rope_base_and_refuses_window_variants_with_what_it_suppor
         built, info = engine.layers, engine.model_info
     finally:
         engine.close()
-    # The published Llama has 500000 on every layer (tests/support/tinymodels.py); the variant doubles it.
+    # The published Llama has 500000 on every layer (as vLLM built it); the variant doubles it.
+    assert llama_engine.layers == LayerConfig(windows=(None,) * 4, rope_theta=(500_000.0,) * 4)
     assert built == LayerConfig(windows=(None,) * 4, rope_theta=(1_000_000.0,) * 4)
     assert info.rope_theta == 1_000_000.0 and info.hf_overrides == variant.hf_overrides
 

@@ -17,7 +17,7 @@ from engine_helpers import (
     quiz_prompt,
 )
 
-from posbias.schemas import JobSpec, PosbiasError, WorkerConfig
+from posbias.schemas import EngineOptions, JobSpec, PosbiasError, WorkerConfig
 from posbias.workers.engine import Generation, GenerationRequest
 from posbias.workers.loader import load_engine
 from posbias.workers.vllm_engine import VllmEngine
@@ -196,6 +196,24 @@ def test_load_engine_builds_the_engine_the_spec_names(
         assert engine.model_info.architecture == "LlamaForCausalLM"
     finally:
         engine.close()
+
+
+def test_an_engine_closed_while_another_is_open_leaves_the_other_answering(
+    llama_engine: VllmEngine, tiny_gemma2_dir: Path, worker_config: WorkerConfig
+) -> None:
+    # Closing an in-process engine must not end what the engines of a process share: the session's engines
+    # stay open around the ones tests load and close.
+    prompt = chat_prompt(llama_engine.tokenizer, quiz_prompt(2))
+    request = [GenerationRequest(prompt.ids, max_tokens=8, regex=None, option_labels=())]
+    before = llama_engine.generate(request, temperature=0.0, top_p=1.0, seed=None)
+
+    other = VllmEngine(str(tiny_gemma2_dir), options=EngineOptions(max_model_len=512), config=worker_config)
+    [answer] = other.generate(request, temperature=0.0, top_p=1.0, seed=None)
+    assert answer.token_ids
+    other.close()
+
+    after = llama_engine.generate(request, temperature=0.0, top_p=1.0, seed=None)
+    assert [g.token_ids for g in after] == [g.token_ids for g in before]
 
 
 def test_a_model_that_fails_to_load_says_why_in_one_line(tmp_path: Path, worker_config: WorkerConfig) -> None:
