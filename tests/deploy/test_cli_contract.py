@@ -1,10 +1,10 @@
 """Every `posbias` command that a manifest, the compose file, a Dockerfile, a script or the runbook runs
 exists in the CLI with the options it passes: each is looked up with `posbias ... --help`, as a person
-would."""
+would. The help pages are read in this process (the command's real entry point, `posbias.cli.app.run`:
+tests/support/in_process.py); the console script itself runs once, as a process (`posbias --version`)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from functools import cache
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from deploy_support import Invocation, invocations
+from support.in_process import run_cli
 
 INVOCATIONS = invocations()
 POSBIAS = Path(sys.executable).with_name("posbias")
@@ -19,11 +20,10 @@ POSBIAS = Path(sys.executable).with_name("posbias")
 
 @cache
 def _help(path: tuple[str, ...]) -> tuple[int, str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
-    done = subprocess.run(
-        [str(POSBIAS), *path, "--help"], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
-    return done.returncode, done.stdout + done.stderr
+    env = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    done = run_cli([*path, "--help"], env=env, folder=Path.cwd())
+    assert done.code is not None
+    return done.code, done.stdout + done.stderr
 
 
 def _command_path(argv: tuple[str, ...]) -> tuple[str, ...]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import random
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from support.in_process import run_cli
 
 INF = float("inf")
 NAN = float("nan")
@@ -74,7 +75,7 @@ class Case:
     """(kind, path, detail): `dir`, `fifo`, `socket`, `symlink` (detail: its target), `sqlite` (detail: SQL
     to run in a new SQLite file)."""
     in_process: bool = True
-    """False for cases that must be a real process (they would start Ray, or leave threads behind)."""
+    """False for cases that must be a real process (they reach for Ray: see the `ray_address` template)."""
 
     def describe(self) -> str:
         """The case as a shell line (environment first), shortened."""
@@ -255,43 +256,27 @@ def _check_store(case: Case, context: Context) -> str:
 def run_in_process(
     case: Case, context: Context, *, folder: Path, cache_dir: Path, mmlu_dir: Path, timeout: float = 60
 ) -> Outcome:
-    """Run `case` through `posbias.cli.app.run` in this process (working folder `folder`), with
-    its environment and standard streams swapped in for the run."""
-    from posbias.cli import app
-
+    """Run `case` through `posbias.cli.app.run` in this process (working folder `folder`), set up as a
+    process of its own would be (tests/support/in_process.py), in a thread given up after `timeout`."""
     prepare(case, folder)
-    env = environment(context, case, cache_dir=cache_dir, mmlu_dir=mmlu_dir)
+    env = {**environment(context, case, cache_dir=cache_dir, mmlu_dir=mmlu_dir), **_AMBIENT}
     store_before, files_before = _check_store(case, context), folder_snapshot(folder)
-    saved_env = {k: v for k, v in os.environ.items() if k.startswith("POSBIAS_")}
-    saved_cwd = os.getcwd()
-    out, err = io.StringIO(), io.StringIO()
-    result: list[int] = []
     started = time.monotonic()
-    for key in saved_env:
-        del os.environ[key]
-    os.environ.update(env)
-    os.chdir(folder)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            worker = threading.Thread(target=lambda: result.append(app.run(list(case.args))), daemon=True)
-            worker.start()
-            worker.join(timeout)
-    finally:
-        os.chdir(saved_cwd)
-        for key in env:
-            os.environ.pop(key, None)
-        os.environ.update(saved_env)
+    done = run_cli(case.args, env=env, folder=folder, drop_prefix="POSBIAS_", timeout=timeout)
     seconds = time.monotonic() - started
-    code = result[0] if result else None
     return Outcome(
         case=case,
-        code=code,
-        stdout=out.getvalue(),
-        stderr=err.getvalue(),
+        code=done.code,
+        stdout=done.stdout,
+        stderr=done.stderr,
         store_changed=_check_store(case, context) != store_before,
         files_changed=folder_snapshot(folder) != files_before,
         seconds=seconds,
     )
+
+
+_AMBIENT = {"RAY_ADDRESS": "", "COLUMNS": "200"}
+"""What both ways of running give a case besides its POSBIAS_* variables: no ambient Ray, a wide console."""
 
 
 def run_subprocess(
@@ -306,8 +291,7 @@ def run_subprocess(
         {
             "HF_HUB_OFFLINE": "1",
             "HF_ENDPOINT": f"http://127.0.0.1:{context.closed_port}",
-            "RAY_ADDRESS": "",
-            "COLUMNS": "200",
+            **_AMBIENT,
         }
     )
     store_before, files_before = _check_store(case, context), folder_snapshot(folder)
@@ -960,19 +944,18 @@ def schedule(rng: random.Random, context: Context) -> Case:
 @template
 def ray_address(rng: random.Random, context: Context) -> Case:
     """Ray addresses nothing answers at, or that are not addresses; `run` must check Ray before it
-    submits. Real processes: Ray is not started in the test's process."""
+    submits. Real processes: the test's process may hold a Ray of its own (the session's), which the API
+    then uses whatever the address, and an address that never answers leaves `ray.init` in a thread."""
     choice = rng.randrange(7)
     closed = context.closed_port
     if choice == 0:
-        return Case("ray_address", ("worker", "--ray-address", f"127.0.0.1:{closed}"), in_process=False)
+        args: tuple[str, ...] = ("worker", "--ray-address", f"127.0.0.1:{closed}")
+        return Case("ray_address", args, in_process=False)
     if choice == 1:
         return Case("ray_address", ("worker", "--ray-address", f"ray://127.0.0.1:{closed}"), in_process=False)
     if choice == 2:
-        return Case(
-            "ray_address",
-            ("worker", "--ray-address", rng.choice(["garbage", "127.0.0.1:99999", ""])),
-            in_process=False,
-        )
+        address = rng.choice(["garbage", "127.0.0.1:99999", ""])
+        return Case("ray_address", ("worker", "--ray-address", address), in_process=False)
     if choice == 3:
         return Case(
             "ray_address",
@@ -981,12 +964,8 @@ def ray_address(rng: random.Random, context: Context) -> Case:
             in_process=False,
         )
     if choice == 4:
-        return Case(
-            "ray_address",
-            ("run", *FAKE),
-            env={"POSBIAS_RAY_ADDRESS": f"127.0.0.1:{closed}"},
-            in_process=False,
-        )
+        env = {"POSBIAS_RAY_ADDRESS": f"127.0.0.1:{closed}"}
+        return Case("ray_address", ("run", *FAKE), env=env, in_process=False)
     if choice == 5:
         return Case(
             "ray_address",
@@ -997,12 +976,8 @@ def ray_address(rng: random.Random, context: Context) -> Case:
             },
             in_process=False,
         )
-    return Case(
-        "ray_address",
-        ("worker", "--json"),
-        env={"POSBIAS_RAY_ADDRESS": f"ray://127.0.0.1:{closed}"},
-        in_process=False,
-    )
+    env = {"POSBIAS_RAY_ADDRESS": f"ray://127.0.0.1:{closed}"}
+    return Case("ray_address", ("worker", "--json"), env=env, in_process=False)
 
 
 # --- a store to run against -----------------------------------------------------------------------------
