@@ -92,3 +92,17 @@ def check_texts(data: Any) -> None:
             raise ValueError(f"{where or 'spec'}: text holds a NUL character (\\x00); remove it")
         if len(text) > MAX_TEXT:
             raise ValueError(f"{where or 'spec'}: text longer than {MAX_TEXT:,} characters")
+
+
+def integer_list(value: Any, *, what: str, example: str) -> Any:
+    """A `before` validator's reading of a list of integers given as one integer or a comma-separated text
+    (a flag's value); anything else is left to the field's own type. ASCII digits only: `int()` would read
+    `٣` as 3 and `1_000` as 1000."""
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, str):
+        parts = [part.strip() for part in value.split(",") if part.strip()]
+        if not all(part.isascii() and part.isdecimal() for part in parts):
+            raise ValueError(f"{what} must be comma-separated integers, e.g. {example} (got {value[:80]!r})")
+        return tuple(int(part) for part in parts)
+    return value

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from posbias.schemas.bounds import integer_list
 from posbias.schemas.record import Record
 
 MAX_FILLER_TOKENS = 1_000_000
@@ -62,17 +63,7 @@ class FillerSpec(Record):
     @field_validator("tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: Any) -> Any:
-        if isinstance(value, int):
-            return (value,)
-        if isinstance(value, str):
-            parts = [part.strip() for part in value.split(",") if part.strip()]
-            # ASCII digits only: int() would read `٣` as 3 and `1_000` as 1000.
-            if not all(part.isascii() and part.isdecimal() for part in parts):
-                raise ValueError(
-                    f"filler tokens must be comma-separated integers, e.g. 0,1000,4000 (got {value[:80]!r})"
-                )
-            return tuple(int(part) for part in parts)
-        return value
+        return integer_list(value, what="filler tokens", example="0,1000,4000")
 
     @field_validator("tokens")
     @classmethod

@@ -18,7 +18,15 @@ from typing import Any, Self
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from posbias.schemas.bounds import FINITE, INT32_MAX, INT64_MAX, MAX_BATCH_SIZE, Int, check_texts
+from posbias.schemas.bounds import (
+    FINITE,
+    INT32_MAX,
+    INT64_MAX,
+    MAX_BATCH_SIZE,
+    Int,
+    check_texts,
+    integer_list,
+)
 from posbias.schemas.dataset import DatasetSpec
 from posbias.schemas.engine import EngineName, EngineOptions
 from posbias.schemas.errors import PosbiasError
@@ -141,16 +149,7 @@ class JobSpec(Record):
     def _parse_batch_sizes(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError(f"batch sizes must be integers, e.g. [1, 5, 10] (got {value!r})")
-        if isinstance(value, int):
-            return (value,)
-        if isinstance(value, str):
-            parts = [part.strip() for part in value.split(",") if part.strip()]
-            if not all(part.isascii() and part.isdecimal() for part in parts):
-                raise ValueError(
-                    f"batch sizes must be comma-separated integers, e.g. 1,5,10 (got {value[:80]!r})"
-                )
-            return tuple(int(part) for part in parts)
-        return value
+        return integer_list(value, what="batch sizes", example="1,5,10")
 
     @field_validator("batch_sizes")
     @classmethod
