@@ -149,7 +149,7 @@ def test_an_export_that_fails_half_way_leaves_no_partial_file(
 
         return stream()
 
-    monkeypatch.setattr(export.store, "export_results", failing)
+    monkeypatch.setattr(export.queries, "export_results", failing)
     for fmt in ("csv", "parquet"):
         with pytest.raises(OSError, match="connection to the store lost"):
             export_results(db, job, path=out / f"results.{fmt}")

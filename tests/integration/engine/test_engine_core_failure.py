@@ -42,12 +42,14 @@ def test_a_subprocess_engine_core_failing_to_start_names_its_root_cause(
     monkeypatch.setattr(vllm_start, "_set_vllm_environment", as_on_gpus)
     with pytest.raises(PosbiasError) as refused:
         VllmEngine(str(broken), options=EngineOptions(max_model_len=256), config=worker_config)
+    error = str(refused.value)
     # vLLM's client leaves the failed start's zmq context to the collector, which warns when it closes it;
-    # collected here, that warning would otherwise fail whichever test happens to collect it next.
+    # collected here (the traceback that holds it dropped first), that warning would otherwise fail
+    # whichever test happens to collect it next.
+    del refused
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
-    error = str(refused.value)
     assert "\n" not in error
     assert error.startswith(f"cannot load model {broken}: ")
     cause = error.removeprefix(f"cannot load model {broken}: ")
