@@ -16,7 +16,7 @@ from typing import Annotated, NoReturn
 import typer
 
 import posbias
-from posbias.cli import curves, db, errors, explain, export, jobs, models, schedule, submit, worker
+from posbias.cli import compare, curves, db, errors, explain, export, jobs, models, schedule, submit, worker
 from posbias.cli.common import err, out
 from posbias.cli.errors import BadUsage
 from posbias.schemas import PosbiasError, RotationCostWarning
@@ -30,7 +30,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-for module in (submit, worker, jobs, curves, explain, export, models):
+for module in (submit, worker, jobs, curves, compare, explain, export, models):
     module.register(app)
 app.add_typer(db.app, name="db")
 app.add_typer(schedule.app, name="schedule")
