@@ -71,7 +71,8 @@ def readme_sql() -> list[str]:
     return [body for language, body in BLOCKS if language == "sql"]
 
 
-def test_readme_sql_runs_on_the_store(posbias: Any, store_url: str) -> None:
+def test_readme_sql_runs_on_the_store(cli: Any, store_url: str) -> None:
+    posbias = cli  # in this process, the run on the session's Ray: the SQL is the point, not a process
     queries = readme_sql()
     assert len(queries) == 2
     posbias("db", "upgrade")
@@ -141,7 +142,7 @@ def test_the_from_python_example_runs_as_written(tmp_path: Path, mmlu_dir: Path)
 
 # --- the README's commands run for real, on the fake engine, into SQLite ---------------------------------
 #
-# One worker process (a Ray start) runs two jobs; every other command runs in this process.
+# Every command runs in this process; the worker runs two jobs on the session's Ray.
 
 GEMMA_LIKE = next(words for words in readme_commands() if "fake/gemma-like" in words)
 # Architecture variants need vLLM (the fake has no architecture to change); the fake's own variants change
@@ -169,7 +170,7 @@ def in_process(monkeypatch: pytest.MonkeyPatch, folder: Path, *args: str) -> str
 
 
 def test_the_readme_commands_run_and_say_what_it_shows(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mmlu_dir: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mmlu_dir: Path, request: pytest.FixtureRequest
 ) -> None:
     url = f"sqlite:///{tmp_path / 'posbias.db'}"
     env = {
@@ -192,16 +193,9 @@ def test_the_readme_commands_run_and_say_what_it_shows(
     dry_text = posbias("submit", "job.yaml", "--dry-run")
     dry = json.loads(posbias("submit", "job.yaml", "--dry-run", "--json"))
     variants = json.loads(posbias("submit", "job.yaml", "--json"))["job_id"]
-    worker = subprocess.run(
-        [sys.executable, "-m", "posbias.cli", "worker", "--until-empty", "--json"],
-        cwd=tmp_path,
-        env={**os.environ, **env, "RAY_ADDRESS": ""},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert worker.returncode == 0, worker.stderr[-3000:]
-    assert json.loads(worker.stdout)["trials_done"] == 200 * 2 + 5 * 2 * 2
+    request.getfixturevalue("ray_session")  # the worker dispatches on the session's Ray, in this process
+    worker = posbias("worker", "--until-empty", "--json")
+    assert json.loads(worker)["trials_done"] == 200 * 2 + 5 * 2 * 2
 
     # The variant dry run: each variant named with what it changes; per filler length, the prompt lengths,
     # the distances and the share past the window, each what the run then stored.

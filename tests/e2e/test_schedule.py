@@ -6,14 +6,13 @@ one-line error that changes nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
 import yaml
+from support.in_process import run_cli
 
 Posbias = Any  # the `posbias` fixture: run(*args, check=True, **env) -> Done (tests/e2e/conftest.py)
 
@@ -41,8 +40,10 @@ def checkpoint(folder: Path, name: str, *, weights: bool = True, hook: dict[str,
     return path
 
 
-def test_a_schedule_from_add_to_remove(posbias: Posbias, tmp_path: Path, webhook: SimpleNamespace) -> None:
-    url, received = webhook.url, webhook.received
+def test_a_schedule_from_add_to_remove(cli: Posbias, tmp_path: Path, webhook: SimpleNamespace) -> None:
+    """In this process (`cli`): nothing here needs a process of its own, and the worker runs on the session's
+    Ray. The hub test below and `test_cli.py` run the command as a process."""
+    posbias, (url, received) = cli, (webhook.url, webhook.received)
     posbias("db", "upgrade")
     run = tmp_path / "run"
     checkpoint(run, "checkpoint-1000")
@@ -200,7 +201,8 @@ def store_rows(url: str) -> list[Any]:
         engine.dispose()
 
 
-def test_bad_input_is_one_line_and_changes_nothing(posbias: Posbias, store_url: str, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_changes_nothing(cli: Posbias, store_url: str, tmp_path: Path) -> None:
+    posbias = cli  # in this process: the same entry point and error mapping (tests/support/in_process.py)
     posbias("db", "upgrade")
     checkpoint(tmp_path / "run", "checkpoint-1")
     checkpoint(tmp_path / "run", "checkpoint-2", weights=False)
@@ -220,14 +222,8 @@ def test_bad_input_is_one_line_and_changes_nothing(posbias: Posbias, store_url: 
         assert store_rows(store_url) == before, args
 
 
-def test_help_explains_every_schedule_command_with_an_example() -> None:
+def test_help_explains_every_schedule_command_with_an_example(tmp_path: Path) -> None:
     for command in ("add", "list", "show", "remove", "pause", "resume", "tick", "report"):
-        done = subprocess.run(
-            [sys.executable, "-m", "posbias.cli", "schedule", command, "--help"],
-            capture_output=True,
-            text=True,
-            env={"COLUMNS": "200", "PATH": ""},
-            timeout=60,
-            check=True,
-        )
+        done = run_cli(["schedule", command, "--help"], env={"COLUMNS": "200"}, folder=tmp_path)
+        assert done.code == 0, done.stderr
         assert "Example: posbias schedule" in done.stdout, command
