@@ -6,7 +6,8 @@ gets, on its k-th try, whatever `faults(prompt, k)` names (None: a proper answer
 
 - `429-retry-after`: HTTP 429 with `Retry-After: 1`; `429`: without it; `500`: HTTP 500;
 - `truncated`: HTTP 200 whose body stops halfway (the connection closes before Content-Length is reached);
-- `slow`: a proper answer, but only after `slow_s` seconds (past the client's timeout);
+- `slow`: a proper answer, but only once the client has given up waiting (its timeout closed the connection),
+  or after `slow_s` seconds: slow by the client's own clock, whatever the machine's load;
 - `drop`: the connection closes without an answer;
 - `no-choices`: HTTP 200 with a JSON answer that has no `choices` (a proxy's or a broken server's);
 - `echo-key`: HTTP 400 whose message quotes the Authorization header it got (as some servers quote a bad key).
@@ -22,6 +23,8 @@ import contextlib
 import json
 import math
 import re
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -198,7 +201,7 @@ def _handler(state: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
                     }
                 ).encode()
                 if fault == "slow":
-                    time.sleep(state.slow_s)
+                    _wait_for_hang_up(self.connection, state.slow_s)
                 if fault == "truncated":
                     log(200)
                     self.send_response(200)
@@ -219,6 +222,20 @@ def _handler(state: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
                     self.wfile.write(payload)
 
     return Handler
+
+
+def _wait_for_hang_up(connection: socket.socket, limit_s: float) -> None:
+    """Wait until the client closes the connection (its timeout fired), or `limit_s` seconds."""
+    deadline = time.monotonic() + limit_s
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([connection], [], [], left)
+        if readable:
+            try:
+                if connection.recv(1, socket.MSG_PEEK) == b"":
+                    return  # end of stream: the client hung up
+            except OSError:
+                return
+            time.sleep(0.01)  # bytes of a next request on a kept-alive connection: not a hang-up
 
 
 @contextmanager

@@ -79,8 +79,11 @@ def test_faults_are_retried_and_every_trial_is_paid_for_and_written_once(
         return assigned[prompt] if attempt == 1 else None
 
     endpoint.faults = faults
-    endpoint.slow_s = 2.5
-    spec = served_spec(endpoint, timeout_s=1.0, max_retries=2)
+    # A `slow` answer comes only after the client hangs up, so the timeout can be generous: a proper answer
+    # from this server takes milliseconds, and 5 s leaves a loaded machine room not to time one out (which
+    # would rightly retry and pay for it twice).
+    endpoint.slow_s = 60.0
+    spec = served_spec(endpoint, timeout_s=5.0, max_retries=2)
     outcome = api.run(spec, settings=settings)
 
     job = outcome.job
