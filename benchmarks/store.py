@@ -43,6 +43,7 @@ from posbias.schemas import (
     Question,
     QuestionPool,
     QuestionResult,
+    ResultColumns,
     ShardResult,
     ShardSpec,
     TrialResult,
@@ -55,6 +56,9 @@ from posbias.service.pools import SHARDS_PER_CALL
 # tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support import postgres as throwaway_postgres
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recorded import Guard
 
 BATCH_SIZE = 50
 TRIALS_PER_SHARD = 20
@@ -115,8 +119,10 @@ ENGINE = EngineInfo(name="fake", version="0", dtype="bfloat16", attention_backen
 
 def fake_result(shard: ShardSpec, rng: random.Random) -> ShardResult:
     """What a worker returns for `shard`: accuracy rising with position, a few unparsed answers, token
-    offsets and option probabilities at every position."""
-    trials, results = [], []
+    offsets, the answer's slot and window, and option probabilities at every position, as the worker sends
+    them (columns)."""
+    trials = []
+    columns: dict[str, list[object]] = {name: [] for name in QuestionResult.model_fields}
     for trial in shard.trials:
         n = trial.batch_size
         trials.append(
@@ -132,33 +138,36 @@ def fake_result(shard: ShardSpec, rng: random.Random) -> ShardResult:
             gold = shard.questions[qid].answer
             parsed = rng.random() > 0.02
             right = parsed and rng.random() < 0.25 + 0.3 * position / n
-            predicted = gold if right else (gold + 1) % 4 if parsed else None
             probs = [rng.random() for _ in range(4)]
             total = sum(probs)
             probs = [p / total for p in probs]
-            results.append(
-                QuestionResult(
-                    trial_index=trial.index,
-                    position=position,
-                    question_id=qid,
-                    subject=shard.questions[qid].subject,
-                    gold=gold,
-                    predicted=predicted,
-                    correct=right,
-                    parse_status=ParseStatus.ok if parsed else ParseStatus.missing,
-                    question_token_start=120 * (position - 1) + 40,
-                    question_token_end=120 * position + 40,
-                    answer_token_index=5 * (position - 1) + 2,
-                    token_distance=120 * (n - position) + 5 * (position - 1) + 2,
-                    option_probs=tuple(probs),
-                    gold_prob=probs[gold],
-                )
-            )
+            distance = 120 * (n - position) + 5 * (position - 1) + 2
+            fields = {
+                "trial_index": trial.index,
+                "position": position,
+                "question_id": qid,
+                "subject": shard.questions[qid].subject,
+                "gold": gold,
+                "predicted": gold if right else (gold + 1) % 4 if parsed else None,
+                "correct": right,
+                "parse_status": ParseStatus.ok if parsed else ParseStatus.missing,
+                "question_token_start": 120 * (position - 1) + 40,
+                "question_token_end": 120 * position + 40,
+                "answer_slot": position if parsed else None,
+                "answer_token_index": 5 * (position - 1) + 2,
+                "token_distance": distance,
+                "in_window": distance < 4096,
+                "visible_layers": 26 if distance < 4096 else 13,
+                "option_probs": tuple(probs),
+                "gold_prob": probs[gold],
+            }
+            for name, value in fields.items():
+                columns[name].append(value)
     return ShardResult(
         job_id=shard.job_id,
         shard_id=shard.shard_id,
         trials=tuple(trials),
-        results=tuple(results),
+        answers=ResultColumns.model_validate(columns),
         model=ModelInfo(
             name=shard.model, architecture="Gemma2ForCausalLM", num_layers=26, sliding_window=4096
         ),
@@ -318,6 +327,33 @@ def curve_times(url: str, *, rows: int) -> CurveTimes:
     return CurveTimes(rows=rows, build_seconds=build, aggregate_ms=aggregate, scan_ms=scan)
 
 
+def print_guard(done: dict[tuple[str, int], Ingest], curves: dict[str, CurveTimes], *, rows: int) -> None:
+    """Now beside what benchmarks/README.md last recorded (recorded.py): the ingest rates, and the curve
+    from the aggregates (recorded at 10M rows: the time does not grow with them)."""
+    guard = Guard.read("Store")
+    print(
+        f"\nagainst the figures recorded in benchmarks/README.md ({os.getloadavg()[0]:.1f} load average now)"
+    )
+    for (name, per_write), figures in done.items():
+        then = guard.store_ingest(name, per_write)
+        print(
+            guard.line(
+                f"{name} ingest, {per_write} per transaction, rows/s", now=figures.rows_per_second, then=then
+            )
+        )
+    for name, c in curves.items():
+        then = guard.store_curve_ms(name)
+        print(
+            guard.line(
+                f"{name} curve from the aggregates, ms", now=c.aggregate_ms, then=then, higher_is_better=False
+            )
+        )
+    if rows < 1_000_000:
+        print(
+            f"   (ingest recorded at 1,000,000 rows, measured now at {rows:,}: smaller tables write faster)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -384,6 +420,7 @@ def main() -> None:
             f"  postgresql / sqlite time: aggregates {pg_curve.aggregate_ms / lite_curve.aggregate_ms:.2f}x, "
             f"raw scan {pg_curve.scan_ms / lite_curve.scan_ms:.2f}x"
         )
+        print_guard(done, curves, rows=args.rows)
 
     if profile is not None:
         print(

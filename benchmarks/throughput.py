@@ -60,6 +60,8 @@ from posbias.service.settings import Settings
 
 # tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recorded import Guard
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -295,6 +297,9 @@ class Options:
     max_model_len: int | None
     database_url: str | None
     skip_hf: bool
+    settle_seconds: float = 2.0
+    """Idle time before each timed pass, so that neither starts while the other's threads still spin
+    or its writes still finish (the order effect of issue 25)."""
 
 
 def job_spec(model: str, setting: Setting, options: Options) -> JobSpec:
@@ -391,6 +396,7 @@ def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Pa
                     (ours, "(b) posbias", lambda: run_posbias(db, dispatcher, prepared)),
                 ]
                 for runs, label, call in pair if repeat % 2 else pair[::-1]:
+                    time.sleep(options.settle_seconds)
                     runs.append(timed(label, call))
         finally:
             dispatcher.close()
@@ -427,6 +433,20 @@ def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Pa
         f"   b/a (trials/s): {statistics.median(ratios):.3f} (median of {len(ratios)} repeats: "
         f"{', '.join(f'{x:.3f}' for x in ratios)})"
     )
+    # Odd repeats run (a) first, even ones (b) first: the order effect, if any, is the difference.
+    b_second, b_first = ratios[0::2], ratios[1::2]
+    if b_first and b_second:
+        print(
+            f"   b/a by order: {statistics.median(b_second):.3f} with (b) second, "
+            f"{statistics.median(b_first):.3f} with (b) first; in engine (medians): "
+            f"(a) {statistics.median(r.engine_seconds for r in raws):.2f} s, "
+            f"(b) {statistics.median(o.engine_seconds for o in ours):.2f} s"
+        )
+    guard = Guard.read("Throughput")
+    then = guard.throughput(setting.name)
+    print(guard.line(f"{setting.name} (a) trials/s", now=a.trials_per_second, then=then.get("a")))
+    print(guard.line(f"{setting.name} (b) trials/s", now=b.trials_per_second, then=then.get("b")))
+    print(guard.line(f"{setting.name} b/a", now=statistics.median(ratios), then=then.get("b/a")))
     if hf is not None:
         print(
             f"   b/c (trials/s): {b.trials_per_second / hf.trials_per_second:.1f}; "
@@ -454,6 +474,9 @@ def main() -> None:
     parser.add_argument("--database-url", help="store for (b); a temporary SQLite file when not given")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes of (a) and (b)")
     parser.add_argument("--skip-hf", action="store_true", help="leave out (c)")
+    parser.add_argument(
+        "--settle", type=float, default=2.0, help="idle seconds before each timed pass of (a) and (b)"
+    )
     args = parser.parse_args()
 
     # vLLM's and Ray's progress lines would bury the table.
@@ -468,6 +491,7 @@ def main() -> None:
         max_model_len=args.max_model_len,
         database_url=args.database_url,
         skip_hf=args.skip_hf,
+        settle_seconds=args.settle,
     )
     if args.model:
         base = SETTINGS["demo"]

@@ -5,15 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field, JsonValue
 
 from posbias.schemas.curve import Curve
 from posbias.schemas.endpoint import EndpointReport
 from posbias.schemas.job import JobSpec
-from posbias.schemas.record import Record
+from posbias.schemas.record import Record, records_frame
 from posbias.schemas.variant import BASELINE, LayerConfig
 from posbias.schemas.work import EngineInfo
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class JobStatus(StrEnum):
@@ -241,6 +245,12 @@ class DryRun(Record):
         """Prompt tokens over the whole job (estimate)."""
         return round(sum(b.mean_prompt_tokens * b.trials for b in self.batch_sizes))
 
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per batch size and filler length (`designs`; per batch size, `batch_sizes`, when the
+        designs were not estimated), with the model as a column."""
+        rows = self.designs or self.batch_sizes
+        return records_frame(rows, same={"model": self.spec.model})
+
 
 class DispatchSummary(Record):
     """What one dispatcher run did (`posbias worker`)."""
@@ -252,6 +262,13 @@ class DispatchSummary(Record):
         0, description="Results it did not write: the lease was lost, or the job cancelled."
     )
     trials_done: int = Field(0, description="Trials in the shards it wrote.")
+    results_written: int = Field(0, description="Result rows (answers) in the shards it wrote.")
+    engine_seconds: float = Field(
+        0.0,
+        description="The written shards' time inside their engine calls (each shard's share of its call), "
+        "summed over actors: more than `seconds` when several actors answered at once.",
+    )
+    store_seconds: float = Field(0.0, description="Wall time it spent writing results to the store.")
     loads: dict[str, int] = Field(default_factory=dict, description="Model loads, by model key.")
     load_seconds: dict[str, float] = Field(
         default_factory=dict, description="Seconds its actors spent loading each model, by model key."
@@ -259,6 +276,21 @@ class DispatchSummary(Record):
     jobs_finished: tuple[int, ...] = Field((), description="Jobs it worked on that finished.")
     seconds: float = Field(0.0, description="Wall time of the run.")
     interrupted: bool = Field(False, description="True when it stopped on SIGTERM or Ctrl-C.")
+
+    @property
+    def trials_per_second(self) -> float:
+        """Trials written per second of the run's wall time (0 for a run of no time)."""
+        return self.trials_done / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def results_per_second(self) -> float:
+        """Result rows written per second of the run's wall time."""
+        return self.results_written / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def store_rows_per_second(self) -> float:
+        """Result rows written per second spent writing them: the store's own rate."""
+        return self.results_written / self.store_seconds if self.store_seconds > 0 else 0.0
 
 
 class RunOutcome(Record):

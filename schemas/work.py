@@ -6,11 +6,13 @@ needs nothing but the shard and an engine. A `ShardResult` is everything the dri
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
+from posbias.schemas.attention import AttentionShard
 from posbias.schemas.engine import EngineOptions
 from posbias.schemas.fake import FakeSpec
 from posbias.schemas.filler import FillerSpec
@@ -286,13 +288,86 @@ class EngineInfo(Record):
     endpoint: str | None = Field(None, description="openai: the endpoint's base URL.")
 
 
+_AtLeastOne = Annotated[int, Field(ge=1)]
+_AtLeastZero = Annotated[int, Field(ge=0)]
+
+
+class ResultColumns(Record):
+    """A shard's answers column by column: one tuple per `QuestionResult` field, entry i of every tuple
+    being answer i. Answers travel from a worker to the driver this way because a few tuples pickle, unpickle
+    and feed the store's bulk insert far faster than a thousand records (benchmarks/store.py)."""
+
+    trial_index: tuple[int, ...] = Field((), description="QuestionResult.trial_index of each answer.")
+    position: tuple[_AtLeastOne, ...] = Field((), description="QuestionResult.position of each answer.")
+    question_id: tuple[str, ...] = Field((), description="QuestionResult.question_id of each answer.")
+    subject: tuple[str, ...] = Field((), description="QuestionResult.subject of each answer.")
+    gold: tuple[_AtLeastZero, ...] = Field((), description="QuestionResult.gold of each answer.")
+    predicted: tuple[int | None, ...] = Field((), description="QuestionResult.predicted of each answer.")
+    correct: tuple[bool, ...] = Field((), description="QuestionResult.correct of each answer.")
+    parse_status: tuple[ParseStatus, ...] = Field(
+        (), description="QuestionResult.parse_status of each answer."
+    )
+    question_token_start: tuple[int | None, ...] = Field(
+        (), description="QuestionResult.question_token_start of each answer."
+    )
+    question_token_end: tuple[int | None, ...] = Field(
+        (), description="QuestionResult.question_token_end of each answer."
+    )
+    answer_slot: tuple[_AtLeastOne | None, ...] = Field(
+        (), description="QuestionResult.answer_slot of each answer."
+    )
+    answer_token_index: tuple[int | None, ...] = Field(
+        (), description="QuestionResult.answer_token_index of each answer."
+    )
+    token_distance: tuple[int | None, ...] = Field(
+        (), description="QuestionResult.token_distance of each answer."
+    )
+    in_window: tuple[bool | None, ...] = Field((), description="QuestionResult.in_window of each answer.")
+    visible_layers: tuple[int | None, ...] = Field(
+        (), description="QuestionResult.visible_layers of each answer."
+    )
+    option_probs: tuple[tuple[float, ...] | None, ...] = Field(
+        (), description="QuestionResult.option_probs of each answer."
+    )
+    gold_prob: tuple[float | None, ...] = Field((), description="QuestionResult.gold_prob of each answer.")
+
+    @model_validator(mode="after")
+    def _one_length(self) -> Self:
+        lengths = {name: len(getattr(self, name)) for name in type(self).model_fields}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"result columns of different lengths: {lengths}")
+        return self
+
+    def __len__(self) -> int:
+        return len(self.trial_index)
+
+    @classmethod
+    def from_results(cls, results: Iterable[QuestionResult | dict[str, Any]]) -> ResultColumns:
+        """The columns of `results` (records, or their fields as dicts), in order."""
+        rows = [r if isinstance(r, QuestionResult) else QuestionResult.model_validate(r) for r in results]
+        return cls(**{name: tuple(getattr(r, name) for r in rows) for name in QuestionResult.model_fields})
+
+    def rows(self) -> tuple[QuestionResult, ...]:
+        """One record per answer (built on each call; the columns are already validated)."""
+        names = list(QuestionResult.model_fields)
+        return tuple(
+            QuestionResult.model_construct(**dict(zip(names, values, strict=True)))
+            for values in zip(*(getattr(self, name) for name in names), strict=True)
+        )
+
+
 class ShardResult(Record):
-    """Everything a worker returns for one shard; the driver writes it in one transaction."""
+    """Everything a worker returns for one shard; the driver writes it in one transaction.
+
+    Built with `answers` (columns) by the worker; `results=` (one `QuestionResult` per answer) is accepted
+    too and turned into columns, and `results` reads them back as records."""
 
     job_id: int = Field(description="Job the shard belongs to.")
     shard_id: int = Field(description="Shard id.")
     trials: tuple[TrialResult, ...] = Field(description="One entry per trial of the shard.")
-    results: tuple[QuestionResult, ...] = Field(description="One entry per (done trial, position).")
+    answers: ResultColumns = Field(
+        default_factory=ResultColumns, description="One entry per (done trial, position), as columns."
+    )
     model: ModelInfo = Field(description="The model's metadata.")
     engine: EngineInfo = Field(description="The engine that ran it.")
     generate_seconds: float = Field(
@@ -300,6 +375,24 @@ class ShardResult(Record):
         description="The shard's share of its engine call's wall time (a call may answer several shards; "
         "each gets the share of its prompts).",
     )
+    attention: AttentionShard | None = Field(
+        None, description="Engine `hf`: the shard's attention figures; None for every other engine."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _columns_from_records(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "results" in data:
+            if "answers" in data:
+                raise ValueError("give a shard result's answers as `results` or as `answers`, not both")
+            data = dict(data)
+            data["answers"] = ResultColumns.from_results(data.pop("results"))
+        return data
+
+    @property
+    def results(self) -> tuple[QuestionResult, ...]:
+        """The answers, one record each (built from `answers` on each call: the store reads the columns)."""
+        return self.answers.rows()
 
 
 class WorkerConfig(Record):

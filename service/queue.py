@@ -275,7 +275,7 @@ def complete(db: Database, results: Sequence[ShardResult], *, owner: str) -> lis
             session.flush()
             job_status.settle(session, {r.job_id for r in accepted.values()}, now=now)
     return [
-        outcome or WriteOutcome(written=True, results=len(result.results))
+        outcome or WriteOutcome(written=True, results=len(result.answers))
         for outcome, result in zip(outcomes, results, strict=True)
     ]
 

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from operator import attrgetter
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from posbias.schemas import BASELINE, ModelInfo, QuestionResult, ShardResult, TrialStatus
+from posbias.schemas import BASELINE, ModelInfo, ParseStatus, ShardResult, TrialStatus
+from posbias.service.attention_store import write_attention
 from posbias.service.database import dialect_insert
 from posbias.service.tables import Job, JobVariant, Model, Trial
 
@@ -34,8 +35,7 @@ RESULT_COLUMNS = {
     "job_id": "int8",
     "batch_size": "int4",
     "variant": "text",
-    # From here to visible_layers: QuestionResult's fields of the same names, read in one go by
-    # _RESULT_FIELDS.
+    # From here on: the shard's `ResultColumns` of the same names.
     "position": "int4",
     "question_id": "text",
     "subject": "text",
@@ -53,7 +53,7 @@ RESULT_COLUMNS = {
     "parse_status": "text",
     "option_probs": "text",
 }
-_RESULT_FIELDS = attrgetter(*list(RESULT_COLUMNS)[4:-2])
+_AS_STORED = {status: status.value for status in ParseStatus}
 # JSON arrays of n probabilities to 8 significant digits: three times faster than json.dumps, whose float
 # formatting was the largest cost of ingest per row.
 _PROBS_JSON = {n: "[" + ",".join(["%.8g"] * n) + "]" for n in range(1, 33)}
@@ -91,12 +91,14 @@ def write_results(session: Session, results: Mapping[int, ShardResult]) -> Writt
         # `done` together, so the shard stays leased, its lease expires and it runs again.
         session.execute(sa.text("SET LOCAL synchronous_commit = off"))
     _update_trials(session, [(result, trials[shard_id]) for shard_id, result in results.items()])
-    rows = [
-        _result_row(r, trials[shard_id][r.trial_index], job_id=result.job_id)
-        for shard_id, result in results.items()
-        for r in result.results
-    ]
-    _insert_results(session, rows)
+    if any(len(result.answers) for result in results.values()):
+        _insert_results(
+            session,
+            chain.from_iterable(
+                _result_rows(result, trials[shard_id]) for shard_id, result in results.items()
+            ),
+        )
+    write_attention(session, results, trials)
     return Written(results=results, trials=trials)
 
 
@@ -176,11 +178,20 @@ def _check_matches(result: ShardResult, trials: dict[int, _TrialRow]) -> None:
             f"shard {result.shard_id}'s result reports trials {sorted(reported)}; "
             f"the shard holds {sorted(trials)}"
         )
-    done = {t.trial_index for t in result.trials if t.status is TrialStatus.done}
-    for r in result.results:
-        if r.trial_index not in done or not 1 <= r.position <= trials[r.trial_index].batch_size:
+    sizes = {
+        t.trial_index: trials[t.trial_index].batch_size for t in result.trials if t.status is TrialStatus.done
+    }
+    answers = result.answers
+    # The common case checked at C speed (every answer of a done trial, one batch size in the shard); the
+    # answer-by-answer loop only for shards of several batch sizes, or to name the wrong answer.
+    if set(answers.trial_index) <= sizes.keys() and (
+        len(set(sizes.values())) == 1 and max(answers.position, default=1) <= next(iter(sizes.values()))
+    ):
+        return
+    for index, position in zip(answers.trial_index, answers.position, strict=True):
+        if not 1 <= position <= sizes.get(index, 0):
             raise ValueError(
-                f"shard {result.shard_id}: a result for trial {r.trial_index} position {r.position}, "
+                f"shard {result.shard_id}: a result for trial {index} position {position}, "
                 "which is not a position of a done trial of the shard"
             )
 
@@ -258,26 +269,42 @@ def _storable(text: str | None) -> str | None:
     return text.replace("\x00", "\ufffd") if text is not None and "\x00" in text else text
 
 
-def _result_row(r: QuestionResult, trial: _TrialRow, *, job_id: int) -> tuple[Any, ...]:
-    probs = r.option_probs
-    probs_json = None
-    if probs is not None:
-        template = _PROBS_JSON.get(len(probs))
-        probs_json = template % probs if template else json.dumps(probs)
-    return (
-        trial.id,
-        job_id,
-        trial.batch_size,
-        trial.variant,
-        *_RESULT_FIELDS(r),
-        r.parse_status.value,
-        probs_json,
+def _result_rows(result: ShardResult, trials: dict[int, _TrialRow]) -> Iterator[tuple[Any, ...]]:
+    """The shard's answers as `results` rows, in `RESULT_COLUMNS` order: its columns zipped, each answer's
+    trial looked up once, its option probabilities as JSON text."""
+    answers = result.answers
+    of = [trials[index] for index in answers.trial_index]
+    return zip(
+        [trial.id for trial in of],
+        repeat(result.job_id),
+        [trial.batch_size for trial in of],
+        [trial.variant for trial in of],
+        answers.position,
+        answers.question_id,
+        answers.subject,
+        answers.gold,
+        answers.predicted,
+        answers.correct,
+        answers.question_token_start,
+        answers.question_token_end,
+        answers.answer_token_index,
+        answers.token_distance,
+        answers.gold_prob,
+        answers.answer_slot,
+        answers.in_window,
+        answers.visible_layers,
+        [_AS_STORED[status] for status in answers.parse_status],
+        [None if probs is None else _probs_json(probs) for probs in answers.option_probs],
     )
 
 
-def _insert_results(session: Session, rows: list[tuple[Any, ...]]) -> None:
-    if not rows:
-        return
+def _probs_json(probs: tuple[float, ...]) -> str:
+    template = _PROBS_JSON.get(len(probs))
+    return template % probs if template else json.dumps(probs)
+
+
+def _insert_results(session: Session, rows: Iterable[tuple[Any, ...]]) -> None:
+    """Every row in one statement: binary `COPY` on PostgreSQL, one `executemany` on SQLite."""
     # The driver's own bulk path on the session's connection (so inside its transaction): SQLAlchemy's
     # per-row parameter processing would cost more than the database's work.
     driver = session.connection().connection.driver_connection
@@ -287,8 +314,9 @@ def _insert_results(session: Session, rows: list[tuple[Any, ...]]) -> None:
         statement = f"COPY results ({columns}) FROM STDIN (FORMAT BINARY)"
         with driver.cursor() as cursor, cursor.copy(statement) as copy:
             copy.set_types(list(RESULT_COLUMNS.values()))
+            write = copy.write_row
             for row in rows:
-                copy.write_row(row)
+                write(row)
     else:
         marks = ", ".join("?" * len(RESULT_COLUMNS))
         driver.executemany(f"INSERT INTO results ({columns}) VALUES ({marks})", rows)

@@ -74,6 +74,11 @@ class Tally:
     shards_failed: int = 0
     shards_discarded: int = 0
     trials_done: int = 0
+    results_written: int = 0
+    engine_seconds: float = 0.0
+    """The written shards' time in their engine calls (each shard's share of its call, summed over actors)."""
+    store_seconds: float = 0.0
+    """Time in the store's result writes (`queue.complete`)."""
     loads: dict[str, int] = field(default_factory=dict)
     load_seconds: dict[str, float] = field(default_factory=dict)
     """Seconds the actors spent loading each model in this run, by model key (from their load reports)."""
@@ -89,6 +94,9 @@ class Tally:
             shards_failed=self.shards_failed,
             shards_discarded=self.shards_discarded,
             trials_done=self.trials_done,
+            results_written=self.results_written,
+            engine_seconds=self.engine_seconds,
+            store_seconds=self.store_seconds,
             loads=self.loads,
             load_seconds=self.load_seconds,
             jobs_finished=tuple(self.jobs_finished),
@@ -191,10 +199,15 @@ class WriteBack:
     def _complete(
         self, results: list[ShardResult], tally: Tally, *, on_written: Callable[[ShardResult], None] | None
     ) -> None:
-        for result, written in zip(results, queue.complete(self.db, results, owner=self.owner), strict=True):
+        started = time.perf_counter()
+        outcomes = queue.complete(self.db, results, owner=self.owner)
+        tally.store_seconds += time.perf_counter() - started
+        for result, written in zip(results, outcomes, strict=True):
             if written.written:
                 tally.shards_written += 1
                 tally.trials_done += len(result.trials)
+                tally.results_written += written.results
+                tally.engine_seconds += result.generate_seconds
                 if on_written is not None:
                     on_written(result)
             else:

@@ -10,6 +10,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 _CONTEXT_TOKENS = 8
+_PRIME_TOKENS = range(4, 24)
+"""How long a tail of the prompt primes the streaming detokenizer: the first of these lengths that decodes to
+whole characters."""
 MASKED = -9000.0
 """A log-probability at or below this was masked by a grammar: vLLM reports -inf in process, and -9999 through
 its server (JSON has no -inf)."""
@@ -44,9 +47,11 @@ def _stream_offsets(
     length = 0
     pieces: list[str] = []
     try:
-        # Primed with the prompt, so a leading space or a character continued from the prompt decodes as
-        # it does in vLLM's own detokenizer.
-        stream = DecodeStream(ids=list(prompt_token_ids), skip_special_tokens=True)
+        # Primed with the prompt's tail, so a leading space or a character continued from the prompt
+        # decodes as in vLLM's own detokenizer; the tail, because priming with a whole prompt of thousands
+        # of tokens decodes all of it (about 1 ms a request, benchmarks/throughput.py). Should the tail
+        # ever decode differently, the pieces miss the text and the slow path below decides.
+        stream = DecodeStream(ids=_prompt_tail(backend, prompt_token_ids), skip_special_tokens=True)
         for token in token_ids:
             offsets.append(length)
             piece = stream.step(backend, token)
@@ -56,6 +61,20 @@ def _stream_offsets(
     except Exception:  # tokenizers rejects some byte sequences mid-stream; the slow path copes
         return None
     return offsets if "".join(pieces) == text else None
+
+
+def _prompt_tail(backend: Any, prompt_token_ids: Sequence[int]) -> list[int]:
+    """The shortest tail of the prompt, of `_PRIME_TOKENS` tokens, that decodes to whole characters (no
+    U+FFFD from a character cut in two), as vLLM's detokenizer chose one before it primed with the whole
+    prompt; the whole prompt when none does."""
+    ids = list(prompt_token_ids)
+    for length in _PRIME_TOKENS:
+        if length >= len(ids):
+            break
+        tail = ids[-length:]
+        if "\ufffd" not in backend.decode(tail, skip_special_tokens=True):
+            return tail
+    return ids
 
 
 def _prefix_offsets(

@@ -7,6 +7,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from posbias.schemas import (
     AnswerMode,
@@ -14,6 +15,7 @@ from posbias.schemas import (
     ModelInfo,
     ParseStatus,
     QuestionResult,
+    ResultColumns,
     ShardResult,
     ShardSpec,
     Trial,
@@ -127,7 +129,7 @@ def _finish(work: _Prepared, *, engine: Engine) -> ShardResult:
     shard = work.shard
     constrained = shard.answer_mode is AnswerMode.constrained
     trial_results = dict(work.skipped)
-    results: list[QuestionResult] = []
+    columns: dict[str, list[Any]] = {name: [] for name in QuestionResult.model_fields}
     model = engine.model_info
     for (trial, rendered, _), generation in zip(work.to_run, work.generations, strict=True):
         trial_results[trial.index] = TrialResult(
@@ -146,16 +148,16 @@ def _finish(work: _Prepared, *, engine: Engine) -> ShardResult:
         parsed = parse_answers(generation.text, n_options=rendered.n_options, asked=rendered.asked)
         if generation.failure is not None:  # no answer to read: every position asked is unparseable
             parsed = tuple(replace(a, status=ParseStatus.unparseable) for a in parsed)
-        results.extend(
-            _result(shard, trial, rendered, generation, answer, model=model, constrained=constrained)
-            for answer in parsed
-        )
+        for answer in parsed:
+            fields = _result(shard, trial, rendered, generation, answer, model=model, constrained=constrained)
+            for name, value in fields.items():
+                columns[name].append(value)
 
     return ShardResult(
         job_id=shard.job_id,
         shard_id=shard.shard_id,
         trials=tuple(trial_results[trial.index] for trial in shard.trials),
-        results=tuple(results),
+        answers=ResultColumns.model_validate(columns),
         model=engine.model_info,
         engine=engine.info,
         generate_seconds=work.generate_seconds,
@@ -171,7 +173,8 @@ def _result(
     *,
     model: ModelInfo,
     constrained: bool,
-) -> QuestionResult:
+) -> dict[str, Any]:
+    """One answer's `QuestionResult` fields (validated with the shard's other answers, as columns)."""
     placed = rendered.questions[answer.position - 1]
     question = shard.questions[placed.question_id]
     answer_token = _token_at(generation, answer.span[0]) if answer.span is not None else None
@@ -180,25 +183,25 @@ def _result(
         distance = (rendered.prompt_tokens - placed.token_end) + answer_token
     in_window, visible = window_view(distance, model=model)
     probs = _option_probs(generation, answer_token, n_options=placed.n_options, renormalise=constrained)
-    return QuestionResult(
-        trial_index=trial.index,
-        position=answer.position,
-        question_id=question.id,
-        subject=question.subject,
-        gold=placed.gold,
-        predicted=answer.predicted,
-        correct=answer.status is ParseStatus.ok and answer.predicted == placed.gold,
-        parse_status=answer.status,
-        question_token_start=placed.token_start,
-        question_token_end=placed.token_end,
-        answer_slot=answer.slot,
-        answer_token_index=answer_token,
-        token_distance=distance,
-        in_window=in_window,
-        visible_layers=visible,
-        option_probs=probs,
-        gold_prob=probs[placed.gold] if probs is not None else None,
-    )
+    return {
+        "trial_index": trial.index,
+        "position": answer.position,
+        "question_id": question.id,
+        "subject": question.subject,
+        "gold": placed.gold,
+        "predicted": answer.predicted,
+        "correct": answer.status is ParseStatus.ok and answer.predicted == placed.gold,
+        "parse_status": answer.status,
+        "question_token_start": placed.token_start,
+        "question_token_end": placed.token_end,
+        "answer_slot": answer.slot,
+        "answer_token_index": answer_token,
+        "token_distance": distance,
+        "in_window": in_window,
+        "visible_layers": visible,
+        "option_probs": probs,
+        "gold_prob": probs[placed.gold] if probs is not None else None,
+    }
 
 
 def window_view(distance: int | None, *, model: ModelInfo) -> tuple[bool | None, int | None]:

@@ -48,8 +48,16 @@ def worker(
                 "shards_failed": summary.shards_failed,
                 "shards_discarded": summary.shards_discarded,
                 "trials_done": summary.trials_done,
+                "results_written": summary.results_written,
                 "model_loads": summary.loads,
                 "seconds": round(summary.seconds, 3),
+                "rates": {
+                    "trials_per_second": round(summary.trials_per_second, 3),
+                    "results_per_second": round(summary.results_per_second, 3),
+                    "engine_seconds": round(summary.engine_seconds, 3),
+                    "store_seconds": round(summary.store_seconds, 3),
+                    "store_rows_per_second": round(summary.store_rows_per_second, 1),
+                },
                 "interrupted": summary.interrupted,
             }
         )
@@ -59,3 +67,9 @@ def worker(
         f"{summary.shards_failed} failed, {summary.shards_discarded} discarded, "
         f"{sum(summary.loads.values())} model loads, {summary.seconds:.1f}s"
     )
+    if summary.shards_written:
+        out.print(
+            f"rates: {summary.trials_per_second:,.2f} trials/s, {summary.results_per_second:,.1f} results "
+            f"written/s; {summary.engine_seconds:.1f}s in the engine, {summary.store_seconds:.2f}s in the "
+            f"store ({summary.store_rows_per_second:,.0f} rows/s)"
+        )
