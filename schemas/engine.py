@@ -12,6 +12,7 @@ from typing import Any, Self
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
+from posbias.schemas.attention import AnswerSheet
 from posbias.schemas.bounds import FINITE, INT32_MAX, INT64_MAX, Int
 from posbias.schemas.endpoint import EndpointApi
 from posbias.schemas.record import Record
@@ -44,6 +45,9 @@ class EngineName(StrEnum):
     fake = "fake"
     openai = "openai"
     """An OpenAI-compatible endpoint: `vllm serve`, SGLang, llama.cpp's server, a hosted API."""
+    hf = "hf"
+    """Hugging Face transformers with eager attention: teacher-forced scoring that records where each
+    answer line's attention goes (`workers/hf_engine.py`)."""
 
 
 class EngineOptions(Record):
@@ -54,7 +58,8 @@ class EngineOptions(Record):
 
     name: EngineName = Field(
         EngineName.vllm,
-        description="`vllm` (GPU or CPU build), `openai` (an OpenAI-compatible endpoint) or `fake` (tests).",
+        description="`vllm` (GPU or CPU build), `openai` (an OpenAI-compatible endpoint), `hf` "
+        "(transformers, eager attention, teacher-forced, records attention) or `fake` (tests).",
     )
     tensor_parallel_size: Int = Field(
         1, ge=1, le=64, description="GPUs one engine spans; the actor reserves this many GPUs."
@@ -89,6 +94,21 @@ class EngineOptions(Record):
         False,
         description="Run the model's own Python (the modules its config's `auto_map` names) when the workers "
         "load it; never at submit. Only for a model whose code you trust.",
+    )
+
+    # --- engine `hf` ------------------------------------------------------------------------------------
+    answer_sheet: AnswerSheet | None = Field(
+        None,
+        description="hf: what is teacher-forced as the answers: `gold` (the default) or `fixed` (option 1 "
+        "everywhere).",
+    )
+    position_gap: Int | None = Field(
+        None,
+        ge=0,
+        le=INT32_MAX,
+        description="hf: add this many positions to the position ids of every token after the last "
+        "question (before the answer request): RoPE distance grows, tokens and the window do not. Refused "
+        "when the installed transformers moves the sliding mask with the position ids.",
     )
 
     # --- engine `openai` ---------------------------------------------------------------------------------
@@ -183,6 +203,9 @@ class EngineOptions(Record):
 
     @model_validator(mode="after")
     def _check_engine_fields(self) -> Self:
+        hf_given = [name for name in HF_FIELDS if getattr(self, name) is not None]
+        if hf_given and self.name is not EngineName.hf:
+            raise ValueError(f"{hf_given[0]} is an option of engine hf (set engine.name: hf)")
         given = [name for name in OPENAI_FIELDS if getattr(self, name) is not None]
         if self.name is not EngineName.openai:
             if given:
@@ -210,7 +233,7 @@ class EngineOptions(Record):
         only when set, so a spec written before they existed keeps its hash (and its idempotency keys) and
         its model key."""
         data = self.model_dump(mode="json")
-        for name in OPENAI_FIELDS:
+        for name in (*OPENAI_FIELDS, *HF_FIELDS):
             if data[name] is None:
                 del data[name]
         if not data["hf_overrides"]:
@@ -235,6 +258,8 @@ OPENAI_FIELDS = (
     "option_probs",
 )
 """The `EngineOptions` fields of the `openai` engine."""
+HF_FIELDS = ("answer_sheet", "position_gap")
+"""The `EngineOptions` fields of the `hf` engine (stored and hashed only when set)."""
 
 
 def _check_base_url(url: str) -> None:

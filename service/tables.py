@@ -387,3 +387,68 @@ class Checkpoint(Base):
     announce_attempts: Mapped[int] = mapped_column(Integer, default=0)
     announce_error: Mapped[str | None] = mapped_column(Text)
     announced_at: Mapped[datetime | None]
+
+
+# --- attention (engine `hf`, migration 0010) -------------------------------------------------------------
+
+
+class AttentionPoint(Base):
+    """Where one answer line's attention went in one layer: a (trial, position, layer) of an `hf` job
+    (`schemas.attention.AttentionRow`). Like `results`, no declared foreign key (rows are many: N times the
+    layers per trial); `job_id`, `batch_size` and `variant` are copied from the trial."""
+
+    __tablename__ = "attention"
+    __table_args__ = (Index(None, "job_id", "batch_size", "position"),)
+
+    trial_id: Mapped[int] = mapped_column(Id, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    layer: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    variant: Mapped[str] = _variant()
+    layer_kind: Mapped[str] = mapped_column(String(16))
+    token_distance: Mapped[int | None] = mapped_column(Integer)
+    query_tokens: Mapped[int] = mapped_column(Integer)
+    own_mean: Mapped[float] = mapped_column(Double)
+    own_max: Mapped[float] = mapped_column(Double)
+    sink_mean: Mapped[float] = mapped_column(Double)
+    sink_max: Mapped[float] = mapped_column(Double)
+    other_mean: Mapped[float] = mapped_column(Double)
+    other_max: Mapped[float] = mapped_column(Double)
+    instructions_mean: Mapped[float] = mapped_column(Double)
+    instructions_max: Mapped[float] = mapped_column(Double)
+    answers_mean: Mapped[float] = mapped_column(Double)
+    beyond_window_mean: Mapped[float | None] = mapped_column(Double)
+    beyond_window_max: Mapped[float | None] = mapped_column(Double)
+
+
+class AttentionLayer(Base):
+    """One layer of an `hf` job's variant as built, with its mask canary (`schemas.attention.LayerCheck`);
+    first write wins."""
+
+    __tablename__ = "attention_layers"
+
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True, server_default=BASELINE)
+    layer: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    window: Mapped[int | None] = mapped_column(Integer)
+    rope_theta: Mapped[float | None] = mapped_column(Double)
+    beyond_mass: Mapped[float] = mapped_column(Double)
+    edge_mass: Mapped[float] = mapped_column(Double)
+    passed: Mapped[bool] = mapped_column(Boolean)
+
+
+class AttentionRun(Base):
+    """What recording an `hf` job's variant cost and how it was scored: the largest figures over its
+    shards."""
+
+    __tablename__ = "attention_runs"
+
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64), primary_key=True, server_default=BASELINE)
+    answer_sheet: Mapped[str] = mapped_column(String(16))
+    position_gap_safe: Mapped[bool | None] = mapped_column(Boolean)
+    state_bytes_per_trial: Mapped[int] = mapped_column(BigInteger)
+    map_bytes_peak: Mapped[int] = mapped_column(BigInteger)
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)

@@ -54,12 +54,12 @@ class ShardActor:
 
     def run(self, shard: ShardSpec) -> ShardResult:
         """Run every trial of `shard` in one engine call and return the parsed results."""
-        from posbias.workers.shard import run_shard
+        from posbias.workers.loader import ShardRunners
 
         if self._engine is None:
             self.load()
         assert self._engine is not None
-        return run_shard(shard, engine=self._engine)
+        return ShardRunners(self._engine).one(shard)
 
     def run_many(self, shards: Sequence[ShardSpec]) -> list[ShardResult | ShardFailure]:
         """Run `shards` (of this actor's model) in one engine call; one outcome per shard, in order.
@@ -68,23 +68,25 @@ class ShardActor:
         a single shard's error is raised as `run`'s is. A shard stopped by its job's cost guard comes back as
         a failure that stops the job.
         """
-        from posbias.workers.shard import run_shard, run_shards
+        from posbias.workers.loader import ShardRunners
 
         if self._engine is None:
             self.load()
         assert self._engine is not None
+        runners = ShardRunners(self._engine)
+        run_shard, run_shards = runners.one, runners.many
         if len(shards) == 1:
             try:
-                return [run_shard(shards[0], engine=self._engine)]
+                return [run_shard(shards[0])]
             except CostGuardError as exc:
                 return [ShardFailure(shard_id=shards[0].shard_id, error=one_line(exc), stop_job=True)]
         try:
-            return list(run_shards(shards, engine=self._engine))
+            return list(run_shards(shards))
         except Exception:
             outcomes: list[ShardResult | ShardFailure] = []
             for shard in shards:
                 try:
-                    outcomes.append(run_shard(shard, engine=self._engine))
+                    outcomes.append(run_shard(shard))
                 except CostGuardError as exc:
                     outcomes.append(ShardFailure(shard_id=shard.shard_id, error=one_line(exc), stop_job=True))
                 except Exception as exc:

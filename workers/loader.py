@@ -7,13 +7,15 @@ vLLM takes seconds that a worker running another engine need not spend.
 
 from __future__ import annotations
 
-from posbias.schemas import EngineName, JobSpec, ShardSpec, WorkerConfig
+from collections.abc import Callable, Sequence
+
+from posbias.schemas import EngineName, JobSpec, ShardResult, ShardSpec, WorkerConfig
 from posbias.workers.engine import Engine
 
 
 def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
-    """The engine `spec` asks for: vLLM with the spec's model, options and variant (a job spec's first), an
-    OpenAI-compatible endpoint, or the fake engine.
+    """The engine `spec` asks for: vLLM with the spec's model, options and variant (a job spec's first),
+    transformers (`hf`, the same), an OpenAI-compatible endpoint, or the fake engine.
 
     A model that cannot be loaded raises `PosbiasError` whose message is the loader's error on one line
     (the dispatcher fails the job's shards with it).
@@ -29,9 +31,20 @@ def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
         from posbias.workers.openai_engine import OpenAIEngine
 
         return OpenAIEngine(spec, config=config)
+    variant = spec.variant if isinstance(spec, ShardSpec) else spec.runs[0]
+    if spec.engine.name is EngineName.hf:
+        from posbias.workers.hf_engine import HfEngine
+
+        return HfEngine(
+            spec.model,
+            revision=spec.revision,
+            tokenizer=spec.tokenizer,
+            options=spec.engine,
+            variant=variant,
+            config=config,
+        )
     from posbias.workers.vllm_engine import VllmEngine
 
-    variant = spec.variant if isinstance(spec, ShardSpec) else spec.runs[0]
     return VllmEngine(
         spec.model,
         revision=spec.revision,
@@ -40,3 +53,20 @@ def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
         variant=variant,
         config=config,
     )
+
+
+class ShardRunners:
+    """How shards run on one engine: `workers/shard.py`'s functions, or the engine's own (the `hf` engine
+    adds its attention figures to each result)."""
+
+    def __init__(self, engine: Engine) -> None:
+        from posbias.workers import shard
+
+        own_one = getattr(engine, "run_shard", None)
+        own_many = getattr(engine, "run_shards", None)
+        self.one: Callable[[ShardSpec], ShardResult] = own_one or (
+            lambda s: shard.run_shard(s, engine=engine)
+        )
+        self.many: Callable[[Sequence[ShardSpec]], list[ShardResult]] = own_many or (
+            lambda s: shard.run_shards(s, engine=engine)
+        )

@@ -1,0 +1,35 @@
+"""The attention evidence of `hf` jobs, from Python: `attention_curves` reads how much of each answer line's
+attention went to its own question (and elsewhere), per layer kind; `plot_attention` draws it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posbias.api import _settings, _store
+from posbias.schemas.attention import AttentionCurve
+from posbias.service import attention_curve
+from posbias.service.settings import Settings
+
+
+def attention_curves(
+    target: int | str,
+    *,
+    settings: Settings | None = None,
+    batch_size: int | None = None,
+    variant: str | None = None,
+    by: str = "position",
+    bin_width: int = 64,
+) -> list[AttentionCurve]:
+    """One curve per (job, variant, batch size, layer kind) of a job (an id) or every `hf` job of a model
+    (a name): attention masses by position, or by token distance in bins of `bin_width` (`by`:
+    `position` or `token-distance`). `NotFoundError` when there are none."""
+    job_id, model = (target, None) if isinstance(target, int) else (None, target)
+    with _store(_settings(settings), read_only=True) as db:
+        return attention_curve.attention_curves(
+            db, job_id=job_id, model=model, batch_size=batch_size, variant=variant, by=by, bin_width=bin_width
+        )
+
+
+def plot_attention(curves: list[AttentionCurve], *, path: str | Path) -> None:
+    """A PNG of `curves`: own-question attention, one panel per layer kind."""
+    attention_curve.plot_attention(curves, path=Path(path))
