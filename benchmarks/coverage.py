@@ -20,11 +20,13 @@ target. Figures and the command are in benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -451,51 +453,239 @@ def verdict_checks(
     return run
 
 
+@dataclass(frozen=True)
+class Truth:
+    """A simulated model whose accuracy is a sum of parts, each a function of one cause (what the fake
+    engine cannot do: two causes at once, smooth U shapes, curved decays, a step over a decay): `base`, plus
+    `position` and `slot` (functions of the relative position and slot, 0 first to 1 last), plus `distance`
+    (of tokens) and a `step` (window, jump) beyond the window; answers correlated as the fake's are."""
+
+    base: float = 0.5
+    position: Callable[[Floats], Floats] | None = None
+    slot: Callable[[Floats], Floats] | None = None
+    distance: Callable[[Floats], Floats] | None = None
+    step: tuple[int, float] | None = None
+    question_effect: float = 0.3
+    prompt_effect: float = 0.15
+
+    @property
+    def causes(self) -> set[str]:
+        found = {n for n, f in (("position", self.position), ("answer slot", self.slot)) if f is not None}
+        return found | ({"token distance"} if self.distance is not None or self.step is not None else set())
+
+    def accuracy(self, position: Floats, slot: Floats, distance: Floats) -> Floats:
+        found = np.full(np.shape(position), self.base)
+        for part, x in ((self.position, position), (self.slot, slot), (self.distance, distance)):
+            if part is not None:
+                found = found + part(x)
+        if self.step is not None:
+            found = found + np.where(distance >= self.step[0], self.step[1], 0.0)
+        return np.asarray(found, dtype=np.float64)
+
+    def summaries(self, effect: Any) -> dict[str, float]:
+        """The true value of each interval explain prints for `effect`, in its units."""
+        zero = np.zeros(1)
+        if effect.name == "token distance":
+            low, high = effect.span
+            f = self.distance
+            change = 0.0 if f is None else float(f(np.array([high]))[0] - f(np.array([low]))[0])
+            return {"effect": change * 1000.0 / (high - low)}
+        f = self.position if effect.name == "position" else self.slot
+        if f is None:
+            return {"effect": 0.0, "bend": 0.0}
+        at = f(np.array([0.0, 1.0])) + zero[0]
+        middle = float(np.mean(f(np.array(effect.bend_at or (0.5,)))))
+        return {"effect": float(at[1] - at[0]), "bend": middle - float(at[0] + at[1]) / 2}
+
+
+def truth_answers(truth: Truth, layout: DesignLayout, world: World, *, rng: np.random.Generator) -> TrialData:
+    """One job of the design answered by `truth` through the fake engine's rule (`latent_correct`)."""
+    trials, n = layout.questions.shape
+    position = np.broadcast_to(np.arange(n, dtype=np.float64) / max(n - 1, 1), (trials, n))
+    lines = layout.lines[:, None]
+    slot = np.where(lines > 1, (np.nan_to_num(layout.slot, nan=1.0) - 1) / np.maximum(lines - 1, 1), 0.0)
+    accuracy = truth.accuracy(position, slot, np.nan_to_num(layout.distance))
+    assert np.all((accuracy > 0) & (accuracy < 1)), "a truth's parts must keep accuracy inside (0, 1)"
+    correct = latent_correct(
+        np.where(layout.answered > 0, accuracy, 0.5),
+        question=world.questions[layout.questions],
+        prompt=world.prompts[layout.prompt_keys][:, None],
+        noise=rng.standard_normal((trials, n)),
+        question_effect=truth.question_effect,
+        prompt_effect=truth.prompt_effect,
+    )
+    sweep = len(set(layout.filler.tolist())) > 1
+    return TrialData.from_arrays(
+        correct.astype(np.float64) * layout.answered,
+        answered=layout.answered,
+        cluster=layout.clusters if sweep else None,
+        questions=layout.questions,
+        keys=[(*map(str, row), f"f{f}") for row, f in zip(layout.questions, layout.filler, strict=True)],
+        slot=layout.slot,
+        distance=layout.distance,
+        filler=layout.filler,
+        lines=layout.lines,
+        cluster_unit="sampled set" if sweep else "trial",
+    )
+
+
+LENGTHS = {
+    "mmlu": lambda rng: block_lengths(rng),
+    "fixed": lambda rng: np.full(POOL, float(QUESTION_TOKENS)),
+    "wide": lambda rng: np.round(rng.lognormal(np.log(QUESTION_TOKENS) - 0.5, 1.0, POOL)) + 10,
+}
+"""Question block lengths: about MMLU's (lognormal, sd 0.5 on the log scale), all one length, or widely
+varying (sd 1.0: some ten times the median)."""
+
+
 def explain_checks(
-    spec: FakeSpec,
+    truth: Truth,
     *,
-    truth: dict[str, float] | None,
-    info: ModelInfo | None,
+    window: int | None,
+    lengths: str = "mmlu",
     n: int = 10,
     iterations: int = 200,
-    resamples: int = 300,
+    resamples: int = 100,
     **design: object,
 ) -> Body:
-    """`posbias explain` on a simulated job of a design: the coverage of each effect's interval where the
-    fake makes the truth a linear function (`truth`: position and slot first to last, distance per 1,000
-    tokens) and, for a cause with none, how often it is called distinguishable from zero; and the window
-    step: how often it is found, and whether its break interval holds the window where the fake steps."""
-    stepped = spec.depends_on is FakeAxis.token_distance and spec.window is not None
+    """`posbias explain` on a simulated job of a design with `truth` set: how often each true cause is named
+    and each false one is, a step reported, its location interval holding the window; the coverage of every
+    interval it prints; and each cause's information (the share the others leave it)."""
+    info = (
+        ModelInfo(name="sim", num_layers=4, sliding_window=window, sliding_window_layers=(0, 2))
+        if window is not None
+        else None
+    )
 
     def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
-        layout = design_layout(n=n, iterations=iterations, lengths=block_lengths(rng), rng=rng, **design)  # type: ignore[arg-type]
-        data = design_answers(spec, layout, World.draw(rng, prompts=iterations), rng=rng)
+        layout = design_layout(n=n, iterations=iterations, lengths=LENGTHS[lengths](rng), rng=rng, **design)  # type: ignore[arg-type]
+        data = truth_answers(truth, layout, World.draw(rng, prompts=iterations), rng=rng)
         found = explain_curve(data, model="sim", info=info, resamples=resamples, seed=rep)
         for effect in found.effects:
-            if truth is None or effect.effect is None or effect.name not in truth:
+            if effect.status != "estimated" or effect.effect is None:
                 continue
-            true = truth[effect.name]
-            if true == 0:
-                t.setdefault(f"{effect.name}: no effect, called one", Tally("0.05")).add(
+            if effect.name in truth.causes:
+                t.setdefault(f"{effect.name}: true cause named", Tally(">= 0.90")).add(effect.distinguishable)
+            else:
+                t.setdefault(f"{effect.name}: false cause named", Tally("<= 0.05")).add(
                     effect.distinguishable
                 )
-            else:
-                t.setdefault(f"{effect.name} effect, interval", Tally("0.93-0.97")).add(
-                    inside(effect.effect.low, true, effect.effect.high)
-                )
+            t.setdefault(f"{effect.name}: information", Tally("mean")).add(effect.information or 0.0)
+            true = truth.summaries(effect)
+            for name, interval in (("effect", effect.effect), ("bend", effect.bend)):
+                if interval is not None:
+                    t.setdefault(f"{effect.name} {name}: interval", Tally("0.93-0.97")).add(
+                        inside(interval.low, true[name], interval.high)
+                    )
+        for c in found.confounds:
+            if truth.causes & set(c.effects):
+                t.setdefault("not separable: group named", Tally("high")).add(c.moves_curve)
         step = found.window
-        if info is None or step is None or not step.tested:
+        if step is None or not step.tested or step.jump is None:
             return
-        if stepped:
-            t.setdefault("window step found", Tally(">= 0.80")).add(step.found)
-            if step.found:
-                t.setdefault("break interval holds the window", Tally(">= 0.95")).add(
+        jump = truth.step[1] if truth.step is not None and truth.step[0] == window else 0.0
+        t.setdefault("step jump: interval", Tally("0.93-0.97")).add(
+            inside(step.jump.low, jump, step.jump.high)
+        )
+        if jump:
+            t.setdefault("step reported", Tally(">= 0.80")).add(step.found)
+            if step.found and step.break_interval is not None:
+                t.setdefault("location interval holds the window", Tally(">= 0.95")).add(
                     bool(step.window_in_interval)
                 )
+                t.setdefault("location informative", Tally("high")).add(bool(step.informative))
         else:
-            t.setdefault("window step: false positives", Tally("<= 0.05")).add(step.found)
+            t.setdefault("step reported (none there)", Tally("<= 0.05")).add(step.found)
 
     return run
+
+
+def _line(first: float, last: float) -> Callable[[Floats], Floats]:
+    return lambda x: (last - first) * (np.asarray(x) - 0.5)
+
+
+def _u(depth: float) -> Callable[[Floats], Floats]:
+    """A smooth U: `depth` points lower in the middle than at the ends (a cosine, not a spline's shape)."""
+    return lambda x: -depth * (0.5 - 0.5 * np.cos(2 * np.pi * np.asarray(x))) + depth / 2
+
+
+def _v(depth: float) -> Callable[[Floats], Floats]:
+    """A V: `depth` points lower in the middle, a kink there (the fake engine's `curve` [0.6, 0.35, 0.6])."""
+    return lambda x: depth * (np.abs(2 * np.asarray(x) - 1) - 0.5)
+
+
+def _decay(per_1000: float) -> Callable[[Floats], Floats]:
+    return lambda d: per_1000 * (np.asarray(d) / 1000.0 - 1.0)
+
+
+def _convex(drop: float, scale: float) -> Callable[[Floats], Floats]:
+    """A convex decay: `drop` points lost mostly over the first `scale` tokens."""
+    return lambda d: drop * (np.exp(-np.asarray(d) / scale) - 0.5)
+
+
+def _concave(drop: float, span: float) -> Callable[[Floats], Floats]:
+    """A concave decay: flat near 0, `drop` points lost by `span` tokens (quadratic, constant beyond)."""
+    return lambda d: drop * (0.5 - np.minimum(np.asarray(d) / span, 1.0) ** 2)
+
+
+TRUTHS = {
+    "none": Truth(),
+    "position": Truth(position=_line(0.3, 0.6)),
+    "position-u": Truth(position=_u(0.25)),
+    "position-v": Truth(position=_v(0.25)),
+    "slot": Truth(slot=_line(0.3, 0.6)),
+    "slot-u": Truth(slot=_u(0.25)),
+    "decay": Truth(distance=_decay(-0.075)),
+    "convex": Truth(distance=_convex(0.35, 500.0)),
+    "concave": Truth(distance=_concave(0.35, 2000.0)),
+    "step": Truth(base=0.5, step=(600, -0.3), distance=lambda d: np.full(np.shape(d), 0.15)),
+    "step-300": Truth(base=0.5, step=(300, -0.3), distance=lambda d: np.full(np.shape(d), 0.15)),
+    "step-1000": Truth(base=0.5, step=(1000, -0.3), distance=lambda d: np.full(np.shape(d), 0.15)),
+    "step-decay": Truth(base=0.5, step=(600, -0.2), distance=_decay(-0.05)),
+    "position+decay": Truth(position=_line(0.4, 0.55), distance=_decay(-0.075)),
+    "position+step": Truth(position=_line(0.4, 0.55), step=(600, -0.25), distance=lambda d: 0.1 + 0 * d),
+    "slot+position-u": Truth(slot=_line(0.4, 0.55), position=_u(0.2)),
+}
+"""Truths of the explain grid (effects in accuracy points as fractions; steps of 25-30 points)."""
+DESIGNS: dict[str, dict[str, object]] = {
+    "forward": {"order": "forward"},
+    "reverse": {"order": "reverse"},
+    "random": {"order": "random"},
+    "sweep": {"order": "random", "filler": (0, 800)},
+    "forward-sweep": {"order": "forward", "filler": (0, 800)},
+    "probe": {"probe": True},
+    "probe-sweep": {"probe": True, "filler": (0, 800)},
+}
+"""Designs: answer orders, filler 0/800 tokens at the end (a sweep), and probes (one question asked)."""
+
+
+def _explain_setting(truth: str, design: str, lengths: str = "mmlu", window: int | None = 600) -> Setting:
+    step = TRUTHS[truth].step
+    window = step[0] if step is not None else window
+    where = f"window {window}" if window else "no window"
+    return Setting(
+        f"explain-{truth}-{design}" + ("" if lengths == "mmlu" else f"-{lengths}"),
+        f"explain: {truth}, {design} design, {lengths} lengths, N=10, 200 sets, {where}",
+        explain_checks(TRUTHS[truth], window=window, lengths=lengths, **DESIGNS[design]),
+    )
+
+
+EXPLAIN_GRID = [
+    *(_explain_setting(truth, "sweep") for truth in TRUTHS),
+    *(
+        _explain_setting(truth, design, lengths)
+        for design in ("forward", "reverse", "random", "forward-sweep", "probe", "probe-sweep")
+        for truth in ("none", "position", "position-u", "convex", "step")
+        for lengths in ("mmlu",)
+    ),
+    *(
+        _explain_setting(truth, design, lengths)
+        for lengths in ("fixed", "wide")
+        for design in ("sweep", "random", "forward")
+        for truth in ("none", "position", "convex", "step")
+    ),
+    _explain_setting("slot", "random", window=None),
+]
 
 
 LINEAR = FakeSpec(first=0.25, last=0.55)
@@ -591,41 +781,7 @@ SETTINGS = [
         "a 10-point drop at positions 1-10 of N=50, 100 iterations",
         verdict_checks(EFFECTS, n=50, iterations=100, drop=0.10, drop_positions=10),
     ),
-    Setting(
-        "explain-position",
-        "explain: position 30%->60%, random order, filler 0/800 at the end, N=10, 200 sets, window 600",
-        explain_checks(
-            BY_POSITION,
-            truth={"position": 0.3, "answer slot": 0.0, "token distance": 0.0},
-            info=WINDOWED,
-            **SWEEP,
-        ),
-    ),
-    Setting(
-        "explain-slot",
-        "explain: answer slot 30%->60%, random order, no filler, N=10, 200 trials, no window",
-        explain_checks(
-            BY_SLOT,
-            truth={"position": 0.0, "answer slot": 0.3, "token distance": 0.0},
-            info=None,
-            order="random",
-        ),
-    ),
-    Setting(
-        "explain-decay",
-        "explain: distance, smooth 65%->35% over 4,000 tokens, as explain-position's design",
-        explain_checks(
-            BY_DISTANCE,
-            truth={"position": 0.0, "answer slot": 0.0, "token distance": -0.3 / 4},
-            info=WINDOWED,
-            **SWEEP,
-        ),
-    ),
-    Setting(
-        "explain-step",
-        "explain: distance, a step 65%->35% at the window (600), as explain-position's design",
-        explain_checks(BY_STEP, truth=None, info=WINDOWED, **SWEEP),
-    ),
+    *EXPLAIN_GRID,
 ]
 
 
@@ -639,7 +795,9 @@ def replications(setting: Setting, *, reps: int, seed: int) -> Iterator[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=500, help="Replications per setting (default 500).")
-    parser.add_argument("--only", help="Comma-separated setting names (default: all; see --list).")
+    parser.add_argument(
+        "--only", help="Comma-separated setting names or patterns, e.g. 'explain-*' (default: all; --list)."
+    )
     parser.add_argument("--seed", type=int, default=0, help="Seed of the simulation.")
     parser.add_argument("--list", action="store_true", help="List the settings and exit.")
     args = parser.parse_args(argv)
@@ -647,8 +805,10 @@ def main(argv: list[str] | None = None) -> int:
         for s in SETTINGS:
             print(f"{s.name:20} {s.about}")
         return 0
-    wanted = set(args.only.split(",")) if args.only else {s.name for s in SETTINGS}
-    unknown = wanted - {s.name for s in SETTINGS}
+    names = [s.name for s in SETTINGS]
+    asked = args.only.split(",") if args.only else ["*"]
+    wanted = {name for pattern in asked for name in fnmatch.filter(names, pattern)}
+    unknown = [pattern for pattern in asked if not fnmatch.filter(names, pattern)]
     if unknown:
         print(f"unknown setting(s): {', '.join(sorted(unknown))}; see --list", file=sys.stderr)
         return 2

@@ -3,28 +3,80 @@ whether the model's sliding window puts a step in it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from posbias.schemas.curve import Interval
-from posbias.schemas.record import Record
+from posbias.schemas.record import Record, records_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Effect(Record):
-    """One candidate cause, fitted together with the others."""
+    """One candidate cause, fitted flexibly and together with the others."""
 
     name: str = Field(description="`position`, `answer slot` or `token distance`.")
-    unit: str = Field(description="What the estimate measures, e.g. `first to last` or `per 1,000 tokens`.")
+    unit: str = Field(description="What `effect` measures, e.g. `first to last` or `per 1,000 tokens`.")
     status: str = Field(
         description="`estimated`; `held fixed` (the design does not vary it: a probe's slot); or `not "
         "estimable` (the design moves it in lockstep with another, e.g. slot and position in forward order)."
     )
     effect: Interval | None = Field(
         None,
-        description="Change in accuracy (points as a fraction) over the unit, with its 95% interval: least "
-        "squares with errors clustered by trial (or sampled set), t with clusters - 1 degrees of freedom.",
+        description="The cause's summary change in accuracy (a fraction), with its 95% interval: the "
+        "fitted curve's last minus first (position, slot), or its smooth part's average change per 1,000 "
+        "tokens over `span` (distance); least squares with errors clustered by trial (or sampled set), t "
+        "with clusters - 1 degrees of freedom.",
     )
-    p: float | None = Field(None, description="Two-sided p-value of no effect.")
-    distinguishable: bool = Field(False, description="The 95% interval excludes zero.")
+    bend: Interval | None = Field(
+        None,
+        description="Position and slot: the fitted curve at the middle (`bend_at`) minus the mean of its "
+        "two ends, with its 95% interval (negative: a U, lowest in the middle).",
+    )
+    bend_at: tuple[float, ...] | None = Field(
+        None,
+        description="Position and slot: the relative values (0 first, 1 last) the bend's middle is taken at: "
+        "the observed one or two nearest 0.5.",
+    )
+    span: tuple[float, float] | None = Field(
+        None, description="Token distance: the distances (5th to 95th percentile) `effect` is measured over."
+    )
+    terms: int | None = Field(
+        None,
+        description="Terms of the cause in the fit, tested together (the Wald test's degrees of freedom).",
+    )
+    p: float | None = Field(
+        None,
+        description="p-value of the joint test that none of the cause's terms moves the curve (clustered "
+        "Wald, F with `terms` and clusters - 1 degrees of freedom), Holm-adjusted over the causes and groups "
+        "tested.",
+    )
+    p_single: float | None = Field(None, description="The joint test's p-value before Holm's adjustment.")
+    distinguishable: bool = Field(
+        False,
+        description="The joint test rejects at 5% (Holm-adjusted) and the design separates the cause from "
+        "the others: it moves the curve.",
+    )
+    information: float | None = Field(
+        None,
+        description="Share of the cause's variation (its terms') that the other causes do not explain "
+        "(geometric mean over its terms; 1: a design that varies it alone, 0: in lockstep).",
+    )
+    separable: bool = Field(
+        True, description="`information` is at or above the threshold explain uses (`Explanation.threshold`)."
+    )
+    rules_out: float | None = Field(
+        None,
+        description="For a cause that does not move the curve: the largest change its 95% intervals allow "
+        "(in `unit`, or points for the bend): effects beyond +/- this are ruled out.",
+    )
+    reading: str = Field(
+        "",
+        description="What the table says of it: `moves the curve`, `no effect larger than +/-X`, `cannot "
+        "tell`, `not separable from ...`, `held fixed`, `not estimable` (the verdict says the same).",
+    )
     range_covered: tuple[float, float] | None = Field(
         None, description="The smallest and largest value of this variable among the answers fitted."
     )
@@ -32,14 +84,21 @@ class Effect(Record):
 
 
 class Confound(Record):
-    """Candidate causes this design moves together, so that it cannot say which of them acts."""
+    """Candidate causes this design does not separate (each has too little variation of its own), so that it
+    cannot say which of them acts."""
 
     effects: tuple[str, ...] = Field(description="The causes that move together.")
     correlation: float | None = Field(
-        None, description="Correlation of the two over the answers fitted (the largest pair, for three)."
+        None, description="Correlation of two of them over the answers fitted (the largest pair, for three)."
+    )
+    information: float | None = Field(None, description="The smallest `Effect.information` among them.")
+    terms: int | None = Field(
+        None, description="Terms tested together (the joint test's degrees of freedom)."
     )
     joint_p: float | None = Field(
-        None, description="p-value of the joint test that none of them moves the curve (clustered Wald)."
+        None,
+        description="p-value of the joint test that none of them moves the curve (clustered Wald), "
+        "Holm-adjusted with the causes' tests.",
     )
     moves_curve: bool = Field(False, description="The joint test rejects at 5%.")
     fix: str = Field(description="A design that would separate them.")
@@ -47,7 +106,7 @@ class Confound(Record):
 
 class WindowStep(Record):
     """A step in accuracy at the model's sliding window, on the token-distance axis, beyond a smooth
-    decay."""
+    decay: a term of the token distance in the joint fit."""
 
     window: int = Field(description="The model's sliding window, in tokens.")
     sliding_layers: tuple[int, ...] | None = Field(None, description="The layers that use it (0-based).")
@@ -57,15 +116,22 @@ class WindowStep(Record):
     tested: bool = Field(description="False when the design's distances do not straddle the window.")
     jump: Interval | None = Field(
         None,
-        description="Accuracy just beyond the window minus just inside it, over a smooth decay (position, "
-        "slot, distance and distance squared, question difficulty), with its 95% interval (clustered).",
+        description="Accuracy just beyond the window minus just inside it, over the smooth decay of the "
+        "joint fit (a natural spline in distance, with position, slot and question difficulty), with its 95% "
+        "interval (clustered).",
     )
-    p: float | None = Field(
-        None,
-        description="p-value of no step at the window (clustered Wald test, the robust equivalent of "
-        "a likelihood-ratio test of the step model against the smooth one).",
+    p: float | None = Field(None, description="p-value of no step at the window (clustered Wald test).")
+    found: bool = Field(
+        False,
+        description="A step: p < 0.05 and the token distance moves the curve (its joint test, step included, "
+        "rejects), so that the step is never reported for a cause the verdict clears.",
     )
-    found: bool = Field(False, description="p < 0.05: a step at the window.")
+    direction: str | None = Field(
+        None, description="`down` (worse beyond the window, as a window would do) or `up`, when found."
+    )
+    rules_out: float | None = Field(
+        None, description="When tested and not found: the largest step (points) its 95% interval allows."
+    )
     break_low: int | None = Field(
         None,
         description="Where the data put the step, when one is found: it lies after this distance ...",
@@ -75,6 +141,11 @@ class WindowStep(Record):
         None,
         description="95% interval of the step's location (cluster bootstrap of the best split over every "
         "observed distance, trimmed 5% each side).",
+    )
+    informative: bool | None = Field(
+        None,
+        description="`break_interval` is narrow against the window (at most half of it wide), so that it can "
+        "say whether the step is at the window.",
     )
     window_in_interval: bool | None = Field(
         None, description="The window lies inside `break_interval`: the step is where the window is."
@@ -97,7 +168,16 @@ class Explanation(Record):
     difficulty_adjusted: bool = Field(
         description="Question difficulty entered as a covariate (left out when the design balances it)."
     )
+    threshold: float | None = Field(
+        None, description="The `Effect.information` below which a cause is reported as not separable."
+    )
     effects: tuple[Effect, ...] = Field(description="Position, answer slot, token distance.")
     confounds: tuple[Confound, ...] = Field(description="Causes this design cannot tell apart.")
     window: WindowStep | None = Field(None, description="The step test; None for a model without a window.")
     verdict: str = Field(description="What moves the curve, in one or two sentences.")
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per candidate cause (`Effect`, intervals as `effect_estimate`, `effect_low`, ...), with
+        the model, revision and batch size as columns."""
+        same = {"model": self.model, "revision": self.revision, "batch_size": self.batch_size}
+        return records_frame(self.effects, same=same)

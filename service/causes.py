@@ -4,6 +4,8 @@ read."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,3 +60,145 @@ def answers(data: TrialData) -> Answers:
         cluster=data.cluster[rows],
         difficulty=adjust if adjust is not None and np.ptp(adjust) > 0 else None,
     )
+
+
+@dataclass(frozen=True)
+class Spline:
+    """A natural cubic spline basis (Hastie, Tibshirani and Friedman, The Elements of Statistical Learning,
+    eq. 5.4-5.5) on `knots`, without its constant: `len(knots) - 1` columns, linear beyond the end knots.
+    With two knots it is the straight line."""
+
+    knots: tuple[float, ...]
+
+    @property
+    def columns(self) -> int:
+        return len(self.knots) - 1
+
+    def __call__(self, x: Floats) -> Floats:
+        """The basis at `x`: one row per value."""
+        x = np.asarray(x, dtype=np.float64)
+        k = np.asarray(self.knots)
+        scale = float(k[-1] - k[0]) or 1.0
+        z = (x - k[0]) / scale  # unit scale: the cubic terms stay of order one
+        knots = (k - k[0]) / scale
+        columns = [z]
+
+        def d(j: int) -> Floats:
+            found: Floats = (np.maximum(z - knots[j], 0.0) ** 3 - np.maximum(z - knots[-1], 0.0) ** 3) / (
+                knots[-1] - knots[j]
+            )
+            return found
+
+        last = d(len(knots) - 2)
+        for j in range(len(knots) - 2):
+            columns.append(d(j) - last)
+        return np.column_stack(columns)
+
+
+def spline_for(values: Floats, *, knots: int, quantiles: bool) -> Spline:
+    """A basis for `values` with `knots` knots (fewer where `values` has fewer distinct values): at evenly
+    spaced quantiles from the least to the greatest (`quantiles`) or evenly over the range."""
+    distinct = np.unique(values)
+    count = max(2, min(knots, distinct.size))
+    if quantiles:
+        at = np.unique(np.quantile(values, np.linspace(0.0, 1.0, count)))
+    else:
+        at = np.linspace(float(distinct[0]), float(distinct[-1]), count)
+    if at.size < 2:
+        at = np.array([float(distinct[0]), float(distinct[-1])])
+    return Spline(tuple(float(v) for v in at))
+
+
+# --- what the design separates -----------------------------------------------------------------------
+
+
+def estimability(rows: Answers, *, lockstep: float) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """Each cause's status, notes, and the causes kept for the fit (in order)."""
+    status: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    kept: list[str] = []
+    for name in NAMES:
+        x = rows.causes[name]
+        if np.ptp(x) == 0:
+            status[name] = "held fixed"
+            notes[name] = f"the design holds the {name} fixed: it cannot move the curve here"
+            continue
+        basis = np.column_stack([np.ones_like(x), *(rows.causes[k] for k in kept)])
+        residual = x - basis @ np.linalg.lstsq(basis, x, rcond=None)[0]
+        if float(residual.var()) < lockstep * float(x.var()):
+            status[name] = "not estimable"
+            others = " and ".join(kept) if kept else "the intercept"
+            notes[name] = f"the design moves the {name} in lockstep with the {others}: not estimable apart"
+            continue
+        status[name] = "estimated"
+        kept.append(name)
+    return status, notes, kept
+
+
+def share(target: Floats, others: Floats) -> float:
+    """The share of `target`'s columns' variation that `others` (with an intercept) leave unexplained: the
+    geometric mean over its canonical directions, det(residual covariance) / det(covariance), to 1/columns."""
+    centred = target - target.mean(axis=0)
+    basis = (
+        np.column_stack([np.ones(target.shape[0]), others]) if others.size else np.ones((target.shape[0], 1))
+    )
+    residual = target - basis @ np.linalg.lstsq(basis, target, rcond=None)[0]
+    total = np.linalg.slogdet(centred.T @ centred)
+    left = np.linalg.slogdet(residual.T @ residual)
+    if total[0] <= 0 or left[0] <= 0:
+        return 0.0
+    return float(min(1.0, math.exp((left[1] - total[1]) / target.shape[1])))
+
+
+def information_of(
+    x: Floats, terms: dict[str, list[int]]
+) -> tuple[dict[str, float], dict[frozenset[str], float]]:
+    """Each cause's information given all the others, and given each other one alone (the smaller of the
+    two directions, per pair)."""
+    found = {}
+    pairs: dict[frozenset[str], float] = {}
+    names = list(terms)
+    for name in names:
+        rest = [i for other in names if other != name for i in terms[other]]
+        found[name] = share(x[:, terms[name]], x[:, rest])
+        for other in names:
+            if other != name:
+                pair = frozenset({name, other})
+                one = share(x[:, terms[name]], x[:, terms[other]])
+                pairs[pair] = min(pairs.get(pair, 1.0), one)
+    return found, pairs
+
+
+def groups_of(
+    information: dict[str, float], pairs: dict[frozenset[str], float], kept: list[str], *, threshold: float
+) -> list[list[str]]:
+    """Causes not separable from one another: joined by a pair below `threshold`; a cause below it given all
+    the others but no one of them joins them all."""
+    parent = {name: name for name in kept}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for pair, share in pairs.items():
+        if share < threshold:
+            a, b = sorted(pair)
+            parent[root(a)] = root(b)
+    for name in kept:
+        if information[name] < threshold and all(root(o) != root(name) for o in kept if o != name):
+            for other in kept:
+                parent[root(other)] = root(name)
+    found: dict[str, list[str]] = {}
+    for name in kept:
+        found.setdefault(root(name), []).append(name)
+    return [members for members in found.values() if len(members) > 1]
+
+
+def correlations(rows: Answers, names: Sequence[str]) -> dict[frozenset[str], float]:
+    found = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            r = float(np.corrcoef(rows.causes[a], rows.causes[b])[0, 1])
+            found[frozenset({a, b})] = r if math.isfinite(r) else 0.0
+    return found

@@ -5,41 +5,66 @@ In the seed's design the three move together: question 1 is first in the prompt,
 and answered first. Designs pull them apart (a random answer order moves the slot, filler moves the distance),
 and this module fits correctness on all three at once so that each is judged with the others held fixed:
 
-- **One fit.** Least squares of correctness (parsed answers) on relative position (0 first, 1 last),
-  relative answer slot (the same) and token distance (per 1,000 tokens), with question difficulty as a
-  covariate (`regression.difficulty`, as in `regression.position_regression`; left out when rotation or a
-  filler sweep shows each set several times), errors clustered by trial or sampled set, t with clusters - 1
-  degrees of freedom (statsmodels). An effect is *distinguishable from zero* when its 95% interval excludes
-  zero. The rows it fits are `service/causes.py`'s.
+- **One fit, each cause flexible.** Least squares of correctness (parsed answers) on a natural cubic spline
+  of each cause (`causes.Spline`): relative position and relative answer slot with three knots (a line and a
+  bend: a U shape), token distance with four (a smooth decay, convex or concave) and, for a model with a
+  sliding window, a step at the window (`service/window_step.py`), with question difficulty as a covariate
+  (`regression.difficulty`; left out when rotation or a filler sweep shows each set several times), errors
+  clustered by trial or sampled set, t and F with clusters - 1 denominator degrees of freedom (statsmodels).
+  A linear probability model, so that every summary is a linear combination of the coefficients, in points.
+- **Each cause tested jointly**: a clustered Wald test of all its terms (the step included), its degrees of
+  freedom stated; summaries with 95% intervals: first to last and the bend (middle against the ends) for
+  position and slot, the smooth part's average change per 1,000 tokens and the step for distance.
+- **What the data rule out.** A cause that does not move the curve gets the largest change its intervals
+  allow: "no effect larger than +/-X points" when X is under `MATERIAL`, "cannot tell" when it is not.
 - **What the design cannot separate.** A variable the design does not vary is *held fixed* (a probe's slot);
   one that is an exact linear function of another is *not estimable* (slot and position in forward or reverse
-  order) and is left out of the fit; two whose correlation over the answers is 0.95 or more are *confounded*
-  (position and distance without filler): each one's interval is then mostly the other's, so the verdict
-  names them together, with a joint Wald test, and says which design would separate them.
-- **The window.** For a model with a sliding window, a step at the window on the distance axis against a
-  smooth decay, and where the data put it (`service/window_step.py`).
+  order) and is left out of the fit. Of the rest, each cause's *information*, the share of its terms'
+  variation the other causes do not explain (one over the generalized variance inflation factor of Fox and
+  Monette, 1992, to the power 1/terms), below `SEPARABLE` puts it with the causes that explain it into one
+  group, judged by their joint test, with the design that would separate them.
 
-`benchmarks/coverage.py` checks every interval here by simulation with fakes driven by each cause.
+The table (`Effect.reading`) and the verdict are written from the same fields. `benchmarks/coverage.py`
+checks every interval here, every false call and the threshold by simulation on shapes the fit does not
+assume (steps, convex and concave decays, U shapes, two causes at once).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from posbias.schemas import Interval, ModelInfo
 from posbias.schemas.explanation import Confound, Effect, Explanation, WindowStep
-from posbias.service.causes import ALPHA, NAMES, PER_TOKENS, Answers, answers
-from posbias.service.trial_data import TrialData
-from posbias.service.window_step import BREAK_RESAMPLES, window_step
+from posbias.service.causes import (
+    ALPHA,
+    NAMES,
+    PER_TOKENS,
+    Answers,
+    Spline,
+    answers,
+    correlations,
+    estimability,
+    groups_of,
+    information_of,
+    spline_for,
+)
+from posbias.service.trial_data import Floats, TrialData
+from posbias.service.window_step import BREAK_RESAMPLES, step_term, tested_step
 
-CONFOUNDED = 0.95
-"""Correlation (absolute) at which two causes count as moved together by the design: they share 90% of
-their variance, and each one's interval is about three times as wide as in a design that separates them."""
+SEPARABLE = 0.4
+"""Information (share of a cause's variation not explained by the others) below which it is reported as not
+separable: chosen by simulation (benchmarks/coverage.py, `explain-*` settings; see benchmarks/README.md)."""
+MATERIAL = 0.10
+"""A cause whose intervals rule out every change beyond this (10 points, a third of the seed's first-to-last
+gap) reads "no effect larger than +/-X"; one whose intervals reach past it reads "cannot tell"."""
 LOCKSTEP = 1e-6
 """A cause whose variance left after the causes before it is below this share moves in lockstep with them."""
+KNOTS = {"position": 4, "answer slot": 4, "token distance": 5}
+"""Knots of each cause's natural spline: position and slot a line and two bends (a U, a V), distance
+a line and three (a convex or concave decay; four knots let a convex one through as a false step)."""
 UNITS = {"position": "first to last", "answer slot": "first to last", "token distance": "per 1,000 tokens"}
 _FIXES = {
     frozenset(
@@ -51,6 +76,16 @@ _FIXES = {
     "after question k), which moves distances and not positions",
     frozenset({"answer slot", "token distance"}): "a random answer order with filler at several lengths",
 }
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One cause's terms in the design matrix."""
+
+    name: str
+    basis: Spline
+    start: int
+    stop: int
 
 
 def explain_curve(
@@ -79,6 +114,7 @@ def explain_curve(
         "cluster_unit": data.cluster_unit,
         "answers": int(rows.y.size),
         "difficulty_adjusted": rows.difficulty is not None,
+        "threshold": SEPARABLE,
     }
     if rows.y.size < 10 or data.clusters < 3:
         return Explanation(
@@ -89,19 +125,45 @@ def explain_curve(
             verdict="too few answers to fit: run more iterations",
         )
 
-    status, notes, kept = _estimability(rows)
-    correlations = _correlations(rows, [n for n in NAMES if status[n] != "held fixed"])
-    columns = [np.ones_like(rows.y), *(rows.causes[n] for n in kept)]
-    if rows.difficulty is not None:
-        columns.append(rows.difficulty)
-    fit = sm.OLS(rows.y, np.column_stack(columns)).fit(
-        cov_type="cluster", cov_kwds={"groups": rows.cluster}, use_t=True
-    )
-    bounds = fit.conf_int(alpha=ALPHA)
+    status, notes, kept = estimability(rows, lockstep=LOCKSTEP)
+    correlated = correlations(rows, [n for n in NAMES if status[n] != "held fixed"])
+    blocks, columns = _blocks(rows, kept)
+    smooth = np.column_stack(columns[1:])
+    window, step = step_term(rows, info=info, smooth=smooth)
+    if step is not None and "token distance" not in kept:
+        step = None
+        window = (
+            window.model_copy(update={"note": "the design does not move token distances"}) if window else None
+        )
+    step_at = None
+    if step is not None:
+        step_at = len(columns)
+        columns.append(step)
+    design_matrix = np.column_stack(columns)
+    fit = sm.OLS(rows.y, design_matrix).fit(cov_type="cluster", cov_kwds={"groups": rows.cluster}, use_t=True)
+    width = design_matrix.shape[1]
+
+    def contrast(vector: Floats) -> Interval:
+        found = fit.t_test(vector)
+        low, high = (float(v) for v in np.asarray(found.conf_int(alpha=ALPHA)).ravel())
+        return Interval(estimate=float(np.asarray(found.effect).ravel()[0]), low=low, high=high)
+
+    def joint(indices: Sequence[int]) -> float:
+        restriction = np.zeros((len(indices), width))
+        for row, index in enumerate(indices):
+            restriction[row, index] = 1.0
+        return float(np.asarray(fit.f_test(restriction).pvalue))
+
+    terms = {b.name: list(range(b.start, b.stop)) for b in blocks}
+    if step_at is not None:
+        terms["token distance"].append(step_at)
+    information, pairs = information_of(design_matrix, terms)
+    groups = groups_of(information, pairs, kept, threshold=SEPARABLE)
+    grouped = {name for members in groups for name in members}
     effects = []
     for name in NAMES:
-        values = rows.causes[name] * (PER_TOKENS if name == "token distance" else 1.0)
-        covered = (float(values.min()), float(values.max()))
+        x = rows.distance if name == "token distance" else rows.causes[name]
+        covered = (float(x.min()), float(x.max()))
         if name not in kept:
             effects.append(
                 Effect(
@@ -110,25 +172,52 @@ def explain_curve(
                     status=status[name],
                     note=notes.get(name),
                     range_covered=covered,
+                    reading=status[name],
                 )
             )
             continue
-        i = 1 + kept.index(name)
-        estimate, low, high = float(fit.params[i]), float(bounds[i][0]), float(bounds[i][1])
+        block = next(b for b in blocks if b.name == name)
+        ends = (float(np.quantile(x, 0.05)), float(np.quantile(x, 0.95)))
+        middle = _middle(x)
+        summary, bend, span = _summaries(block, width, contrast, ends, middle)
+        p = joint(terms[name])
+        separable = name not in grouped
         effects.append(
             Effect(
                 name=name,
                 unit=UNITS[name],
                 status="estimated",
-                effect=Interval(estimate=estimate, low=low, high=high),
-                p=float(fit.pvalues[i]),
-                distinguishable=low > 0 or high < 0,
+                effect=summary,
+                bend=bend,
+                bend_at=middle if bend is not None else None,
+                span=span,
+                terms=len(terms[name]),
+                p=p,
+                distinguishable=separable and p < ALPHA,
+                information=information[name],
+                separable=separable,
                 range_covered=covered,
                 note=notes.get(name),
             )
         )
-    confounds = _confounds(fit, kept, status, correlations)
-    window = window_step(rows, kept=kept, info=info, resamples=resamples, seed=seed) if info else None
+    confounds = _confounds(groups, terms, information, correlated, joint)
+    effects, confounds = _holm(effects, confounds)
+    if window is not None and step_at is not None:
+        distance = next(e for e in effects if e.name == "token distance")
+        moves = distance.distinguishable or any(
+            c.moves_curve and "token distance" in c.effects for c in confounds
+        )
+        window = tested_step(
+            window,
+            jump=contrast(np.eye(width)[step_at]),
+            p=float(fit.pvalues[step_at]),
+            distance_moves=moves,
+            rows=rows,
+            smooth=_location_smooth(rows, columns[:step_at], blocks),
+            resamples=resamples,
+            seed=seed,
+        )
+    effects = [_read(e, confounds) for e in effects]
     return Explanation(
         **base,
         effects=tuple(effects),
@@ -138,139 +227,251 @@ def explain_curve(
     )
 
 
-# --- what the design can separate ---------------------------------------------------------------------
+# --- the fit's terms ----------------------------------------------------------------------------------
 
 
-def _estimability(rows: Answers) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """Each cause's status, notes, and the causes kept for the fit (in order)."""
-    status: dict[str, str] = {}
-    notes: dict[str, str] = {}
-    kept: list[str] = []
-    for name in NAMES:
-        x = rows.causes[name]
-        if np.ptp(x) == 0:
-            status[name] = "held fixed"
-            notes[name] = f"the design holds the {name} fixed: it cannot move the curve here"
-            continue
-        basis = np.column_stack([np.ones_like(x), *(rows.causes[k] for k in kept)])
-        residual = x - basis @ np.linalg.lstsq(basis, x, rcond=None)[0]
-        if float(residual.var()) < LOCKSTEP * float(x.var()):
-            status[name] = "not estimable"
-            others = " and ".join(kept) if kept else "the intercept"
-            notes[name] = f"the design moves the {name} in lockstep with the {others}: not estimable apart"
-            continue
-        status[name] = "estimated"
-        kept.append(name)
-    return status, notes, kept
+def _blocks(rows: Answers, kept: list[str]) -> tuple[list[_Block], list[Floats]]:
+    """The design's columns (intercept, each kept cause's spline, difficulty) and where each cause's are."""
+    columns: list[Floats] = [np.ones_like(rows.y)]
+    blocks = []
+    for name in kept:
+        x = rows.distance if name == "token distance" else rows.causes[name]
+        basis = spline_for(x, knots=KNOTS[name], quantiles=name == "token distance")
+        values = basis(x)
+        blocks.append(_Block(name, basis, len(columns), len(columns) + values.shape[1]))
+        columns.extend(values.T)
+    if rows.difficulty is not None:
+        columns.append(rows.difficulty)
+    return blocks, columns
 
 
-def _correlations(rows: Answers, names: Sequence[str]) -> dict[frozenset[str], float]:
-    found = {}
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            r = float(np.corrcoef(rows.causes[a], rows.causes[b])[0, 1])
-            found[frozenset({a, b})] = r if math.isfinite(r) else 0.0
-    return found
+def _middle(x: Floats) -> tuple[float, ...]:
+    """The observed values nearest the middle of [0, 1]: one for an odd count of them, two for an even."""
+    distinct = np.unique(x)
+    order = np.argsort(np.abs(distinct - 0.5), kind="stable")
+    count = 1 if distinct.size % 2 else 2
+    return tuple(sorted(float(v) for v in distinct[order[:count]]))
+
+
+def _location_smooth(rows: Answers, columns: list[Floats], blocks: list[_Block]) -> Floats:
+    """The smooth model the step's location is searched against: every column of the fit but the intercept,
+    the step and the distance's spline, with distance and distance squared in its place (a spline would bend
+    to follow a step put anywhere near the window, and blur where the data put it)."""
+    distance = next((b for b in blocks if b.name == "token distance"), None)
+    keep = [
+        c
+        for i, c in enumerate(columns[1:], start=1)
+        if distance is None or not distance.start <= i < distance.stop
+    ]
+    d = rows.causes["token distance"]
+    centred = d - d.mean()
+    return np.column_stack([*keep, d, centred * centred])
+
+
+def _summaries(
+    block: _Block, width: int, contrast: object, span: tuple[float, float], middle: tuple[float, ...]
+) -> tuple[Interval, Interval | None, tuple[float, float] | None]:
+    """A cause's summary (first to last, or per 1,000 tokens over its span), and the bend of position and
+    slot: the fitted curve at its `middle` values minus the mean of its ends."""
+
+    def vector(values: Floats) -> Floats:
+        found = np.zeros(width)
+        found[block.start : block.stop] = values
+        return found
+
+    measure = contrast  # a callable: vector -> Interval
+    b = block.basis
+    if block.name == "token distance":
+        low, high = span
+        ends = b(np.array([low, high]))
+        per = PER_TOKENS / (high - low) if high > low else 0.0
+        summary = measure(vector((ends[1] - ends[0]) * per))  # type: ignore[operator]
+        return summary, None, (low, high)
+    points = b(np.array([0.0, *middle, 1.0]))
+    centre = points[1:-1].mean(axis=0)
+    summary = measure(vector(points[-1] - points[0]))  # type: ignore[operator]
+    bend = measure(vector(centre - (points[0] + points[-1]) / 2)) if b.columns > 1 else None  # type: ignore[operator]
+    return summary, bend, None
+
+
+# --- what the design cannot separate ------------------------------------------------------------------
+
+
+def _holm(effects: list[Effect], confounds: list[Confound]) -> tuple[list[Effect], list[Confound]]:
+    """The family of "this cause (or group) moves the curve" tests, Holm-adjusted: a job names a cause it
+    does not depend on at most 5% of the time, whichever and however many causes are tested, so that a
+    one-cause truth is named alone in 95% of jobs. Each p becomes its adjusted p-value."""
+    family: list[tuple[str, int, float]] = [
+        ("effect", i, e.p) for i, e in enumerate(effects) if e.separable and e.p is not None
+    ]
+    family += [("group", i, c.joint_p) for i, c in enumerate(confounds) if c.joint_p is not None]
+    order = sorted(family, key=lambda item: item[2])
+    adjusted: dict[tuple[str, int], float] = {}
+    running = 0.0
+    for rank, (kind, index, p) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        adjusted[(kind, index)] = running
+    effects = [
+        e.model_copy(
+            update={
+                "p": adjusted[("effect", i)],
+                "p_single": e.p,
+                "distinguishable": adjusted[("effect", i)] < ALPHA,
+            }
+        )
+        if ("effect", i) in adjusted
+        else e
+        for i, e in enumerate(effects)
+    ]
+    confounds = [
+        c.model_copy(
+            update={"joint_p": adjusted[("group", i)], "moves_curve": adjusted[("group", i)] < ALPHA}
+        )
+        if ("group", i) in adjusted
+        else c
+        for i, c in enumerate(confounds)
+    ]
+    return effects, confounds
 
 
 def _confounds(
-    fit: object, kept: list[str], status: dict[str, str], correlations: dict[frozenset[str], float]
+    groups: list[list[str]],
+    terms: dict[str, list[int]],
+    information: dict[str, float],
+    correlations: dict[frozenset[str], float],
+    joint: object,
 ) -> list[Confound]:
-    """Groups of causes linked by a correlation of CONFOUNDED or more, each with the joint test of the
-    estimated ones."""
-    parent = {name: name for name in NAMES}
-
-    def root(x: str) -> str:
-        while parent[x] != x:
-            x = parent[x]
-        return x
-
-    for pair, r in correlations.items():
-        if abs(r) >= CONFOUNDED:
-            a, b = sorted(pair)
-            parent[root(a)] = root(b)
-    groups: dict[str, list[str]] = {}
-    for name in NAMES:
-        if status[name] != "held fixed":
-            groups.setdefault(root(name), []).append(name)
+    """Each group of causes not separable here, with the joint test of all their terms."""
     found = []
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    for members in groups:
         pairs = [frozenset({a, b}) for i, a in enumerate(members) for b in members[i + 1 :]]
         strongest = max(pairs, key=lambda p: abs(correlations.get(p, 0.0)))
-        estimated = [m for m in members if m in kept]
-        joint = None
-        if estimated:
-            restriction = np.zeros((len(estimated), len(fit.params)))  # type: ignore[attr-defined]
-            for row, name in enumerate(estimated):
-                restriction[row, 1 + kept.index(name)] = 1.0
-            joint = float(np.asarray(fit.f_test(restriction).pvalue))  # type: ignore[attr-defined]
+        indices = [i for m in members for i in terms[m]]
+        p = joint(indices)  # type: ignore[operator]
         fixes = sorted({_FIXES[p] for p in pairs if p in _FIXES})
         found.append(
             Confound(
                 effects=tuple(members),
                 correlation=correlations.get(strongest),
-                joint_p=joint,
-                moves_curve=joint is not None and joint < ALPHA,
+                information=min(information[m] for m in members),
+                terms=len(indices),
+                joint_p=p,
+                moves_curve=p < ALPHA,
                 fix="; or ".join(fixes),
             )
         )
     return found
 
 
-# --- the verdict --------------------------------------------------------------------------------------
+# --- what the table and the verdict say ---------------------------------------------------------------
+
+
+def _read(effect: Effect, confounds: Sequence[Confound]) -> Effect:
+    """The effect with its `reading` and `rules_out` filled in: the words the table and the verdict share."""
+    if effect.status != "estimated" or effect.effect is None:
+        return effect
+    if not effect.separable:
+        others = next((c.effects for c in confounds if effect.name in c.effects), ())
+        rest = " and ".join(o for o in others if o != effect.name) or "the other causes"
+        return effect.model_copy(update={"reading": f"not separable from {rest}"})
+    if effect.distinguishable:
+        return effect.model_copy(update={"reading": "moves the curve"})
+    bound = _bound(effect)
+    unit = " per 1,000 tokens" if effect.name == "token distance" else ""
+    if bound < MATERIAL:
+        reading = f"no effect larger than +/-{100 * bound:.1f} points{unit}"
+    else:
+        reading = f"cannot tell (effects up to +/-{100 * bound:.1f} points{unit} fit the data)"
+    return effect.model_copy(update={"rules_out": bound, "reading": reading})
+
+
+def _bound(effect: Effect) -> float:
+    bounds = [0.0]
+    for interval in (effect.effect, effect.bend):
+        if interval is not None and interval.low is not None and interval.high is not None:
+            bounds += [abs(interval.low), abs(interval.high)]
+    return max(bounds)
 
 
 def _verdict(effects: Sequence[Effect], confounds: Sequence[Confound], window: WindowStep | None) -> str:
-    grouped = {name for c in confounds for name in c.effects}
-    moving = [e for e in effects if e.distinguishable and e.name not in grouped]
-    quiet = [
-        e.name for e in effects if e.status == "estimated" and not e.distinguishable and e.name not in grouped
-    ]
     parts = []
+    moving = [e for e in effects if e.reading == "moves the curve"]
     if moving:
-        parts.append(
-            "Moves the curve: "
-            + "; ".join(f"{e.name} ({_pp(e.effect)} {e.unit})" for e in moving if e.effect is not None)
-            + "."
-        )
+        parts.append("Moves the curve: " + "; ".join(_describe(e, window) for e in moving) + ".")
     for c in confounds:
         names = " and ".join(c.effects)
         if c.moves_curve:
-            parts.append(f"{names} together move the curve, and this design cannot say which: use {c.fix}.")
+            parts.append(
+                f"{names[0].upper() + names[1:]} together move the curve (p = {c.joint_p:.2g}, "
+                f"{c.terms} terms), and this design cannot say which: use {c.fix}."
+            )
         else:
-            quiet.append(f"{names} (moved together by this design)")
-    if quiet:
-        parts.append("Not distinguishable from zero: " + ", ".join(quiet) + ".")
+            parts.append(
+                f"{names[0].upper() + names[1:]} (not separable here) do not move the curve together "
+                f"(p = {c.joint_p:.2g}); to tell them apart use {c.fix}."
+            )
+    cleared = [e for e in effects if e.reading.startswith("no effect")]
+    if cleared:
+        parts.append("; ".join(f"{e.name}: {e.reading}" for e in cleared).capitalize() + ".")
+    unknown = [e for e in effects if e.reading.startswith("cannot tell")]
+    if unknown:
+        parts.append(
+            "; ".join(f"{e.name}: {e.reading}" for e in unknown).capitalize()
+            + ": more iterations would narrow it."
+        )
     for e in effects:
-        if e.status != "estimated" and e.note and e.name not in grouped:
+        if e.status != "estimated" and e.note:
             parts.append(e.note[0].upper() + e.note[1:] + ".")
     if window is not None:
-        if not window.tested:
-            parts.append(f"Sliding window ({window.window:,} tokens) not tested: {window.note}.")
-        elif window.found and window.jump is not None:
-            where = ""
-            if window.break_interval is not None:
-                low, high = window.break_interval
-                inside = "which includes" if window.window_in_interval else "which does not include"
-                where = (
-                    f"; the data put it between {window.break_low:,} and {window.break_high:,} tokens "
-                    f"(95% CI {low:,.0f} to {high:,.0f}), {inside} the window"
-                )
-            parts.append(
-                f"A step at the sliding window ({window.window:,} tokens): {_pp(window.jump)} beyond it, "
-                f"over a smooth decay (p = {window.p:.2g}){where}."
-            )
-        else:
-            parts.append(
-                f"No step at the sliding window ({window.window:,} tokens) beyond a smooth decay "
-                f"(p = {window.p:.2g})."
-            )
+        parts.append(_window_sentence(window))
     return " ".join(parts) if parts else "Nothing to say: no cause could be estimated."
 
 
-def _pp(interval: Interval | None) -> str:
+def _describe(effect: Effect, window: WindowStep | None) -> str:
+    found = f"{effect.name} ({_pp(effect.effect)} {effect.unit}"
+    if effect.bend is not None and _excludes_zero(effect.bend):
+        shape = "a U, lowest in the middle" if (effect.bend.estimate or 0) < 0 else "highest in the middle"
+        found += f"; the middle {_pp(effect.bend)} against the ends: {shape}"
+    if effect.name == "token distance" and window is not None and window.found:
+        found += f"; a step {window.direction} of {_pp(window.jump, sign=False)} at the window"
+    return found + f"; joint test of {effect.terms} terms p = {effect.p:.2g})"
+
+
+def _window_sentence(window: WindowStep) -> str:
+    if not window.tested:
+        return f"Sliding window ({window.window:,} tokens) not tested: {window.note}."
+    if not window.found or window.jump is None:
+        ruled = f": no step larger than +/-{100 * window.rules_out:.1f} points" if window.rules_out else ""
+        return f"No step at the sliding window ({window.window:,} tokens) beyond a smooth decay{ruled}."
+    where = ""
+    if window.break_interval is not None:
+        low, high = window.break_interval
+        if window.informative:
+            at = "at the window" if window.window_in_interval else "not at the window"
+            where = (
+                f"; the data put it between {window.break_low:,} and {window.break_high:,} tokens "
+                f"(95% CI {low:,.0f} to {high:,.0f}): {at}"
+            )
+        else:
+            where = (
+                f"; where it is the data cannot say (95% CI {low:,.0f} to {high:,.0f} tokens, wide against "
+                "the window)"
+            )
+    up = "; a step up is not what a sliding window does" if window.direction == "up" else ""
+    return (
+        f"A step {window.direction} at the sliding window ({window.window:,} tokens): {_pp(window.jump)} "
+        f"beyond it, over a smooth decay (p = {window.p:.2g}){where}{up}."
+    )
+
+
+def _excludes_zero(interval: Interval) -> bool:
+    return (interval.low is not None and interval.low > 0) or (
+        interval.high is not None and interval.high < 0
+    )
+
+
+def _pp(interval: Interval | None, *, sign: bool = True) -> str:
     if interval is None or interval.estimate is None:
         return "n/a"
-    return f"{100 * interval.estimate:+.1f} points"
+    value = 100 * interval.estimate
+    return f"{value:+.1f} points" if sign else f"{abs(value):.1f} points"

@@ -1,11 +1,13 @@
 """The window step of `posbias explain`: whether a model's sliding window puts a step in its curve.
 
-For a model with a sliding window W, a step at W on the distance axis against a smooth decay: the smooth
-model has position, slot, distance and distance squared (and difficulty); the step model adds
-1[distance >= W]. Its coefficient, with its clustered interval and Wald p-value (the cluster-robust
-equivalent of a likelihood-ratio test between the two), is the jump. When there is one, where the data put
-it: the split of the answers by distance (at any observed distance, 5% trimmed each side) that fits the step
-model best, and the 95% interval of that split from a cluster bootstrap.
+For a model with a sliding window W, the joint fit (`service/explain.py`) gives the token distance a term
+1[distance >= W] beside its smooth natural spline, so that the step is judged with position, slot and the
+smooth decay held fixed, in the same fit that says what moves the curve. Its coefficient, with its
+clustered interval and Wald p-value, is the jump; it is reported as a step only when the token distance moves
+the curve (its joint test, step included, rejects: a closed test, so the step never contradicts the verdict).
+When there is one, where the data put it: the split of the answers by distance (at any observed distance, 5%
+trimmed each side) that fits the joint model best, and the 95% interval of that split from a cluster
+bootstrap; that interval says whether the step is at the window only when it is narrow against it.
 
 `benchmarks/coverage.py` checks it by simulation with fakes that step at their window and fakes that do not.
 """
@@ -24,20 +26,20 @@ from posbias.service.trial_data import Floats, Ints
 TRIM = 0.05
 """Share of answers, by distance, kept off each end of the break search (and needed each side of W)."""
 BREAK_RESAMPLES = 1000
+INFORMATIVE = 0.5
+"""A break interval at most this share of the window wide is narrow enough to say where the step is."""
 _CHUNK = 100
 
 
-def window_step(
-    rows: Answers, *, kept: list[str], info: ModelInfo, resamples: int, seed: int
-) -> WindowStep | None:
-    """The step at `info`'s sliding window over a smooth decay in `rows` (`kept`: the causes the joint fit
-    kept), None for a model without one; untested, with a note saying why, where the design cannot test it
-    (see the module's docstring)."""
-    import statsmodels.api as sm
-
-    window = info.sliding_window
-    if window is None:
-        return None
+def step_term(
+    rows: Answers, *, info: ModelInfo | None, smooth: Floats
+) -> tuple[WindowStep | None, Floats | None]:
+    """The window's record before the fit (untested, with a note saying why, where the design cannot test
+    it; None for a model without a window) and the step's column for the joint fit (None when untested).
+    `smooth`: the fit's other columns, but the intercept."""
+    window = info.sliding_window if info is not None else None
+    if info is None or window is None:
+        return None, None
     beyond = rows.distance >= window
     untested = WindowStep(
         window=window,
@@ -55,8 +57,7 @@ def window_step(
                 f"window of {window:,}: add filler (--filler-tokens) or larger batch sizes to move questions "
                 "past it"
             }
-        )
-    smooth = _smooth(rows, kept)
+        ), None
     step = beyond.astype(np.float64)
     basis = np.column_stack([np.ones_like(step), smooth])
     residual = step - basis @ np.linalg.lstsq(basis, step, rcond=None)[0]
@@ -66,34 +67,34 @@ def window_step(
                 "note": "in this design the window's side is fixed by the other causes: a step there cannot "
                 "be told from them"
             }
-        )
-    design = np.column_stack([np.ones_like(step), smooth, step])
-    fit = sm.OLS(rows.y, design).fit(cov_type="cluster", cov_kwds={"groups": rows.cluster}, use_t=True)
-    low, high = (float(v) for v in fit.conf_int(alpha=ALPHA)[-1])
-    p = float(fit.pvalues[-1])
-    update: dict[str, object] = {
-        "tested": True,
-        "jump": Interval(estimate=float(fit.params[-1]), low=low, high=high),
-        "p": p,
-        "found": p < ALPHA,
-    }
-    if p < ALPHA:
-        update.update(_break(rows, smooth, window=window, resamples=resamples, seed=seed))
+        ), None
+    return untested, step
+
+
+def tested_step(
+    untested: WindowStep,
+    *,
+    jump: Interval,
+    p: float,
+    distance_moves: bool,
+    rows: Answers,
+    smooth: Floats,
+    resamples: int,
+    seed: int,
+) -> WindowStep:
+    """The window's record from the joint fit's step term (`jump`, `p`), located when found."""
+    found = p < ALPHA and distance_moves
+    update: dict[str, object] = {"tested": True, "jump": jump, "p": p, "found": found}
+    if found and jump.estimate is not None:
+        update["direction"] = "down" if jump.estimate < 0 else "up"
+        located = _break(rows, smooth, window=untested.window, resamples=resamples, seed=seed)
+        interval = located.get("break_interval")
+        if isinstance(interval, tuple):
+            located["informative"] = interval[1] - interval[0] <= INFORMATIVE * untested.window
+        update.update(located)
+    elif jump.low is not None and jump.high is not None:
+        update["rules_out"] = max(abs(jump.low), abs(jump.high))
     return WindowStep.model_validate({**untested.model_dump(), **update})
-
-
-def _smooth(rows: Answers, kept: list[str]) -> Floats:
-    """The smooth model's causes: the estimable ones, distance squared, difficulty."""
-    columns = [rows.causes[name] for name in kept]
-    d = rows.causes["token distance"]
-    if np.ptp(d) > 0:
-        if "token distance" not in kept:
-            columns.append(d)
-        centred = d - d.mean()
-        columns.append(centred * centred)
-    if rows.difficulty is not None:
-        columns.append(rows.difficulty)
-    return np.column_stack(columns)
 
 
 def _break(rows: Answers, smooth: Floats, *, window: int, resamples: int, seed: int) -> dict[str, object]:

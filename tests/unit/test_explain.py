@@ -1,30 +1,25 @@
-"""`posbias explain`'s analysis on simulated jobs of each design (benchmarks/coverage.py's simulation, the
-fake engine's rule), checked by rate over many seeds, not on one: a fake driven by each cause (position,
-answer slot, a smooth decay with token distance: linear causes a design with a random answer order and a
-filler sweep separates) has its cause named, its effect's interval holding the truth, the causes it does not
-depend on named no more often than 5%, and no window step where there is none; a step at the window is found
-and located; and what a design cannot separate is said.
+"""`posbias explain`'s analysis on simulated jobs (benchmarks/coverage.py's simulation and its `Truth`s, the
+fake engine's rule), checked by rate over many seeds, not on one: with the truth set in every setting, a true
+cause is named, a cause the truth does not depend on is named no more often than 5%, every interval explain
+prints holds its truth, no window step is reported where there is none, a step at the window is found and
+located; and the table and the verdict say the same thing, including what a design cannot separate.
 
-How each rate test is sized (tests/support/power.py; each replication one Bernoulli per count, 100 sampled
-sets of N = 10 each):
+How each rate test is sized (tests/support/power.py, binomial: one Bernoulli per replication and count; 100
+sampled sets of N = 10 each, a random answer order with filler 0/800 at the end unless said):
 
-- **A cause the fake does not depend on named** (its 95% interval excluding zero), and **a window step found
-  where there is none**: nominal 5%, broken 10%: R = 346 replications, pass while <= 27 (P(pass | 5%) = 0.991,
-  P(fail | 10%) = 0.901).
-- **The true cause named**: a correct explain names it in at least 95% of jobs, a broken one in 90% or fewer:
-  the same R = 346, pass while it is missed in <= 27 (P(pass | 95% named) = 0.991, P(fail | 90%) = 0.901).
-- **The true effect's interval holds its truth**: at the same R, misses <= 27 (P(pass | 5%) = 0.991; an
-  interval 30% too narrow, missing 17%, fails with probability > 0.999).
-- **A step at the window** (the fake of issue 22: not tested for its causes, which explain gets wrong about a
-  third of the time there): R = 81, for its jump's interval (holding the 30-point step: misses <= 9, as
-  every interval: P(pass | 5%) = 0.993, P(fail | 17%) = 0.901); found, and its break interval holding the
-  window, in at least 98% of jobs against 80% or fewer: missed <= 5 (P(pass | 2%) = 0.994, P(fail | 20%)
-  > 0.999).
-
-Each count's companion reads the same replications with explain broken on purpose (every interval 30% too
-narrow around its estimate; for the named cause, the effects' names rotated; for the break, the best split
-alone, with no interval: a 30% narrower break interval still holds the window every time, the bootstrap's
-interval being conservative) and must fail the criterion.
+- **A false cause named** (its joint test rejects and the design separates it), **a step reported where there
+  is none**: nominal 5%, broken 10%: R = 346, pass while <= 27 (P(pass | 5%) = 0.991, P(fail | 10%) = 0.901).
+  (Holm's adjustment over the causes keeps each under 5%, and a one-cause truth named alone in 95% of jobs.)
+  The broken explain: each cause's joint test alone at 10% (`p_single` < 0.10), no adjustment.
+- **The true cause named**: a correct explain names it in at least 95% of jobs here, a broken one in 90% or
+  fewer: the same R = 346, pass while missed in <= 27. The broken explain reports each cause's test under
+  the next cause's name.
+- **Every printed interval holds its truth** (each cause's summary and bend, the step's jump): at the same R,
+  misses <= 27 per interval (P(pass | 5%) = 0.991; one 30% too narrow, missing 17%, fails with probability
+  > 0.999). The broken explain: every interval 30% narrower around its estimate.
+- **A step at the window** (issue 22's fake: 65% inside a 600-token window, 35% beyond): found, and its
+  location interval holding the window, in at least 98% of jobs against 80% or fewer: R = 346 at the
+  2% cut-off (`at(346, 0.02, 0.20)`). The broken location: the best split alone, with no interval.
 """
 
 from __future__ import annotations
@@ -37,100 +32,83 @@ import numpy as np
 import pytest
 from support.power import DOUBLED, NARROW, Sizing, at
 
-from posbias.schemas import FakeAxis, FakeSpec, Interval, ModelInfo
+from posbias.schemas import FakeSpec, Interval, ModelInfo
 from posbias.schemas.explanation import Effect, Explanation
 from posbias.service.explain import explain_curve
 
 EFFECTS = {"question_effect": 0.3, "prompt_effect": 0.15}
-WINDOWED = ModelInfo(name="sim", num_layers=4, sliding_window=600, sliding_window_layers=(0, 2))
-
-
-def _explain(
-    coverage: ModuleType, fake: FakeSpec, *, seed: int, info: ModelInfo | None = None, **design: object
-) -> Explanation:
-    rng = np.random.default_rng(seed)
-    layout = coverage.design_layout(
-        n=10, iterations=200, lengths=coverage.block_lengths(rng), rng=rng, **design
-    )
-    data = coverage.design_answers(fake, layout, coverage.World.draw(rng, prompts=200), rng=rng)
-    return explain_curve(data, model="sim", info=info, resamples=300)
-
-
+WINDOW = 600
 REPS = DOUBLED.replications
 ITERATIONS = 100
 """Sampled sets per simulated job: half the benchmark's 200, so that 346 replications of a setting take
 seconds."""
+RESAMPLES = 20
+"""Bootstrap resamples of the step's location: few (the benchmark uses 200, the CLI 1,000); the interval of
+20 is the range of the middle 19, wider than a 95% one, so that the location's check is conservative here."""
 NARROWER = 0.3
-BY_DISTANCE = FakeSpec(
-    first=0.65, last=0.35, depends_on=FakeAxis.token_distance, distance_span=2000, **EFFECTS
-)
-"""Linear in distance from 65% at 0 to 35% at 2,000 tokens (where about 0.1% of the simulated answers lie
-beyond, at 35%): -0.15 per 1,000 tokens, twice benchmarks/coverage.py's explain-decay slope, so that 100
-sets name it in nearly every job (the benchmark's slope at 100 sets: named in 90%)."""
-STEP_REPS = NARROW.replications
-"""Replications of the step fake: enough for its jump's interval (misses <= 9 of 81)."""
-STEP_FOUND = at(STEP_REPS, 0.02, 0.20)
-"""The step found, and its break interval holding the window: in at least 98% of jobs against 80% or fewer."""
+LOCATED = at(REPS, 0.02, 0.20)
+SWEEP: dict[str, object] = {"order": "random", "filler": (0, 800)}
+NAMES = ("position", "answer slot", "token distance")
 
 
 @dataclass(frozen=True)
-class Cause:
-    """A fake driven by one cause, and the design that separates it from the others."""
+class Case:
+    """A truth, the design it is simulated in, and whether the model states a window."""
 
-    fake: FakeSpec
-    truth: float
-    """Its effect in explain's unit: first to last, or per 1,000 tokens."""
-    info: ModelInfo | None
+    truth: str
     design: dict[str, object]
+    window: int | None = WINDOW
 
 
-SWEEP: dict[str, object] = {"order": "random", "filler": (0, 800)}
-CAUSES = {
-    "position": Cause(FakeSpec(first=0.3, last=0.6, window=600, **EFFECTS), 0.3, WINDOWED, SWEEP),
-    "answer slot": Cause(
-        FakeSpec(first=0.3, last=0.6, depends_on="answer-slot", **EFFECTS),
-        0.3,
-        None,
-        {"order": "random"},
-    ),
-    "token distance": Cause(BY_DISTANCE, -0.15, WINDOWED, SWEEP),
+CASES = {
+    "position": Case("position", SWEEP),
+    "answer slot": Case("slot", {"order": "random"}, window=None),
+    "token distance": Case("decay-steep", SWEEP),
+    "step": Case("step", SWEEP),
 }
-OTHERS = [
-    (name, other)
-    for name in CAUSES
-    for other in ("position", "answer slot", "token distance")
-    if other != name
-]
-WINDOWED_CAUSES = [name for name, c in CAUSES.items() if c.info is not None]
+"""The settings (their truths are benchmarks/coverage.py's `TRUTHS`; `decay-steep` is this file's: the
+benchmark's slope twice over, so that 100 sets name it in nearly every job)."""
 
 
-def _replications(
-    coverage: ModuleType, setting: Cause, *, reps: int, seed: int, resamples: int = 300
-) -> list[Explanation]:
+def _truths(coverage: ModuleType) -> dict[str, object]:
+    truths = dict(coverage.TRUTHS)
+    truths["decay-steep"] = coverage.Truth(distance=lambda d: -0.15 * (np.asarray(d) / 1000.0 - 1.0))
+    return truths
+
+
+def _run(coverage: ModuleType, case: Case, *, reps: int, seed: int) -> list[tuple[object, Explanation]]:
+    truth = _truths(coverage)[case.truth]
+    info = (
+        ModelInfo(name="sim", num_layers=4, sliding_window=case.window, sliding_window_layers=(0, 2))
+        if case.window is not None
+        else None
+    )
     rng = np.random.default_rng(seed)
     found = []
     for rep in range(reps):
         layout = coverage.design_layout(
-            n=10, iterations=ITERATIONS, lengths=coverage.block_lengths(rng), rng=rng, **setting.design
+            n=10, iterations=ITERATIONS, lengths=coverage.block_lengths(rng), rng=rng, **case.design
         )
-        data = coverage.design_answers(
-            setting.fake, layout, coverage.World.draw(rng, prompts=ITERATIONS), rng=rng
-        )
-        found.append(explain_curve(data, model="sim", info=setting.info, resamples=resamples, seed=rep))
+        data = coverage.truth_answers(truth, layout, coverage.World.draw(rng, prompts=ITERATIONS), rng=rng)
+        found.append((truth, explain_curve(data, model="sim", info=info, resamples=RESAMPLES, seed=rep)))
     return found
 
 
 @pytest.fixture(scope="module")
-def explained(coverage: ModuleType) -> Callable[[str], list[Explanation]]:
-    """Each setting's REPS explanations, run once for its tests and their broken companions."""
-    done: dict[str, list[Explanation]] = {}
+def explained(coverage: ModuleType) -> Callable[[str], list[tuple[object, Explanation]]]:
+    """Each setting's REPS explanations with their truth, run once for its tests and broken companions."""
+    done: dict[str, list[tuple[object, Explanation]]] = {}
 
-    def get(name: str) -> list[Explanation]:
+    def get(name: str) -> list[tuple[object, Explanation]]:
         if name not in done:
-            done[name] = _replications(coverage, CAUSES[name], reps=REPS, seed=sum(map(ord, name)))
+            done[name] = _run(coverage, CASES[name], reps=REPS, seed=sum(map(ord, name)))
         return done[name]
 
     return get
+
+
+def _effect(explanation: Explanation, name: str) -> Effect:
+    return next(e for e in explanation.effects if e.name == name)
 
 
 def _narrowed(found: Interval | None) -> Interval | None:
@@ -143,15 +121,6 @@ def _narrowed(found: Interval | None) -> Interval | None:
     )
 
 
-def _excludes_zero(found: Interval | None) -> bool:
-    return (
-        found is not None
-        and found.low is not None
-        and found.high is not None
-        and (found.low > 0 or found.high < 0)
-    )
-
-
 def _holds(found: Interval | None, truth: float) -> bool:
     return (
         found is not None
@@ -161,18 +130,13 @@ def _holds(found: Interval | None, truth: float) -> bool:
     )
 
 
-def _effect(explanation: Explanation, name: str) -> Effect:
-    return next(e for e in explanation.effects if e.name == name)
-
-
 ROTATED = {"position": "answer slot", "answer slot": "token distance", "token distance": "position"}
-"""A broken explain that reports each cause's effect under the next cause's name."""
 
 
 def _named(explanation: Explanation, name: str, *, broken: bool = False) -> bool:
-    if broken:
+    if broken:  # each cause's test reported under the next cause's name
         name = next(k for k, v in ROTATED.items() if v == name)
-    return bool(_effect(explanation, name).distinguishable)
+    return _effect(explanation, name).distinguishable
 
 
 def _check(sized: Sizing, wrong: int, *, what: str, broken: bool) -> None:
@@ -183,131 +147,171 @@ def _check(sized: Sizing, wrong: int, *, what: str, broken: bool) -> None:
 
 
 BROKEN = pytest.mark.parametrize("broken", [False, True], ids=["as it is", "broken on purpose"])
+TRUE = [("position", "position"), ("answer slot", "answer slot"), ("token distance", "token distance")]
+TRUE += [("step", "token distance")]
+FALSE = [(case, other) for case, cause in TRUE for other in NAMES if other != cause]
 
 
 @BROKEN
-@pytest.mark.parametrize("name", list(CAUSES))
+@pytest.mark.parametrize(("case", "cause"), TRUE, ids=[f"{c} truth" for c, _ in TRUE])
 def test_the_true_cause_is_named(
-    explained: Callable[[str], list[Explanation]], name: str, broken: bool
+    explained: Callable[[str], list], case: str, cause: str, broken: bool
 ) -> None:
-    missed = sum(not _named(e, name, broken=broken) for e in explained(name))
-    _check(DOUBLED, missed, what=f"{name} not named", broken=broken)
+    missed = sum(not _named(e, cause, broken=broken) for _, e in explained(case))
+    _check(DOUBLED, missed, what=f"{cause} not named ({case} truth)", broken=broken)
 
 
 @BROKEN
-@pytest.mark.parametrize("name", list(CAUSES))
-def test_the_true_effects_interval_holds_its_truth(
-    explained: Callable[[str], list[Explanation]], name: str, broken: bool
+@pytest.mark.parametrize(("case", "other"), FALSE, ids=[f"{c} truth, {o}" for c, o in FALSE])
+def test_a_cause_the_truth_does_not_depend_on_is_rarely_named(
+    explained: Callable[[str], list], case: str, other: str, broken: bool
 ) -> None:
-    truth = CAUSES[name].truth
-    effects = [_effect(e, name).effect for e in explained(name)]
-    missed = sum(not _holds(_narrowed(f) if broken else f, truth) for f in effects)
-    _check(at(REPS, 0.05, NARROW.broken), missed, what=f"{name} interval missed {truth}", broken=broken)
+    runs = [e for _, e in explained(case)]
+    effects = [_effect(e, other) for e in runs]
+    if broken:
+        called = sum(f.separable and f.p_single is not None and f.p_single < 0.10 for f in effects)
+    else:
+        called = sum(f.distinguishable for f in effects)
+    _check(DOUBLED, called, what=f"{other} named for a {case} truth", broken=broken)
+
+
+INTERVALS = [(case, name, part) for case in CASES for name in NAMES for part in ("effect", "bend")]
+INTERVALS = [(c, n, p) for c, n, p in INTERVALS if not (n == "token distance" and p == "bend")]
+INTERVALS += [(c, "step", "jump") for c in CASES if CASES[c].window is not None]
 
 
 @BROKEN
-@pytest.mark.parametrize(("name", "other"), OTHERS, ids=[f"{n} fake, {o}" for n, o in OTHERS])
-def test_a_cause_the_fake_does_not_depend_on_is_rarely_named(
-    explained: Callable[[str], list[Explanation]], name: str, other: str, broken: bool
+@pytest.mark.parametrize(("case", "name", "part"), INTERVALS, ids=[f"{c}: {n} {p}" for c, n, p in INTERVALS])
+def test_every_printed_interval_holds_its_truth(
+    explained: Callable[[str], list], case: str, name: str, part: str, broken: bool
 ) -> None:
-    effects = [_effect(e, other).effect for e in explained(name)]
-    called = sum(_excludes_zero(_narrowed(f) if broken else f) for f in effects)
-    _check(DOUBLED, called, what=f"{other} named for a {name} fake", broken=broken)
+    missed = 0
+    for truth, e in explained(case):
+        if name == "step":
+            assert e.window is not None and e.window.tested
+            step = truth.step  # type: ignore[attr-defined]
+            found, true = e.window.jump, (step[1] if step is not None else 0.0)
+        else:
+            effect = _effect(e, name)
+            found = effect.effect if part == "effect" else effect.bend
+            true = truth.summaries(effect)[part]  # type: ignore[attr-defined]
+        missed += not _holds(_narrowed(found) if broken else found, true)
+    _check(at(REPS, 0.05, NARROW.broken), missed, what=f"{case}: {name} {part} interval", broken=broken)
 
 
 @BROKEN
-@pytest.mark.parametrize("name", WINDOWED_CAUSES)
-def test_no_window_step_is_found_where_there_is_none(
-    explained: Callable[[str], list[Explanation]], name: str, broken: bool
+@pytest.mark.parametrize("case", ["position", "token distance"])
+def test_no_step_is_reported_where_there_is_none(
+    explained: Callable[[str], list], case: str, broken: bool
 ) -> None:
-    steps = [e.window for e in explained(name)]
+    steps = [e.window for _, e in explained(case)]
     assert all(s is not None and s.tested for s in steps), "every job straddles the window"
-    found = sum(_excludes_zero(_narrowed(s.jump)) if broken else s.found for s in steps if s is not None)
-    _check(DOUBLED, found, what=f"a step found for a {name} fake", broken=broken)
+    if broken:
+        found = sum(s.p is not None and s.p < 0.10 for s in steps if s is not None)
+    else:
+        found = sum(s.found for s in steps if s is not None)
+    _check(DOUBLED, found, what=f"a step reported for a {case} truth", broken=broken)
 
 
-@pytest.mark.parametrize("name", list(CAUSES))
-def test_the_verdict_says_what_the_fit_found(
-    explained: Callable[[str], list[Explanation]], name: str
+@BROKEN
+def test_a_step_at_the_window_is_found_located_and_signed(
+    explained: Callable[[str], list], broken: bool
 ) -> None:
-    for found in explained(name):
-        moving = {e.name for e in found.effects if e.distinguishable}
-        if moving == {name}:
-            assert found.verdict.startswith(f"Moves the curve: {name}"), found.verdict
-        step = found.window
-        if step is not None and not step.found:
-            assert step.break_interval is None and "No step at the sliding window" in found.verdict
-
-
-@pytest.fixture(scope="module")
-def stepped(coverage: ModuleType) -> list[Explanation]:
-    """A fake whose accuracy steps from 65% to 35% at the 600-token window (issue 22's setting)."""
-    fake = FakeSpec(first=0.65, last=0.35, depends_on=FakeAxis.token_distance, window=600, **EFFECTS)
-    step = Cause(fake, -0.3, WINDOWED, SWEEP)
-    return _replications(coverage, step, reps=STEP_REPS, seed=22)
-
-
-@BROKEN
-def test_a_step_at_the_window_is_found_and_located(stepped: list[Explanation], broken: bool) -> None:
-    found = [e for e in stepped if e.window is not None and e.window.found]
-    if not broken:  # the step's power; the broken explain here is the break interval's, below
-        _check(STEP_FOUND, len(stepped) - len(found), what="the step not found", broken=False)
     located = 0
-    for explanation in found:
-        step = explanation.window
-        assert step is not None and step.break_interval is not None
-        assert step.break_low is not None and step.break_high is not None
-        assert "A step at the sliding window (600 tokens)" in explanation.verdict
+    for _, e in explained("step"):
+        step = e.window
+        assert step is not None
+        if not step.found:
+            continue
+        assert (
+            step.direction == "down" and f"A step down at the sliding window ({WINDOW} tokens)" in e.verdict
+        )
+        assert step.break_interval is not None and step.break_low is not None and step.break_high is not None
         low, high = step.break_interval
-        if broken:  # no uncertainty: the best split alone
+        if broken:
             low, high = step.break_low, step.break_high
-        located += low < 600 <= high
-    _check(STEP_FOUND, len(stepped) - located, what="the break interval missed the window", broken=broken)
+        located += low < WINDOW <= high
+    _check(LOCATED, REPS - located, what="the step not found at the window", broken=broken)
 
 
-@BROKEN
-def test_the_steps_jump_interval_holds_its_truth(stepped: list[Explanation], broken: bool) -> None:
-    jumps = [e.window.jump if e.window is not None else None for e in stepped]
-    missed = sum(not _holds(_narrowed(j) if broken else j, -0.3) for j in jumps)
-    _check(NARROW, missed, what="the step's jump interval missed -0.3", broken=broken)
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_table_and_the_verdict_say_the_same(explained: Callable[[str], list], case: str) -> None:
+    for _, e in explained(case):
+        for effect in e.effects:
+            if effect.reading == "moves the curve":
+                assert effect.distinguishable and f"{effect.name} (" in e.verdict.split(". ")[0], e.verdict
+            elif effect.reading.startswith(("no effect", "cannot tell")):
+                assert not effect.distinguishable and effect.rules_out is not None
+                assert f"{effect.name}: {effect.reading}".lower() in e.verdict.lower(), e.verdict
+            if effect.reading.startswith("no effect"):
+                assert effect.rules_out is not None and effect.rules_out < 0.10
+        step = e.window
+        if step is not None and step.tested and not step.found:
+            assert step.break_interval is None and "No step at the sliding window" in e.verdict
 
 
-def test_forward_order_cannot_separate_slot_from_position_and_says_how_to(coverage: ModuleType) -> None:
-    fake = FakeSpec(first=0.3, last=0.6, **EFFECTS)
-    found = _explain(coverage, fake, seed=4, order="forward")
-    slot = next(e for e in found.effects if e.name == "answer slot")
+def test_a_u_shape_is_named(coverage: ModuleType) -> None:
+    # A smooth U, 25 points lower in the middle, at the benchmark's 200 sets: named with its bend in at
+    # least 80% (benchmark: see benchmarks/README.md). 32 replications, pass while named in >= 28: a correct
+    # explain named in 99% passes with P = 0.996; one named in 80% fails with P = 0.907.
+    sized = at(32, 0.01, 0.20)
+    truth = coverage.TRUTHS["position-u"]
+    rng = np.random.default_rng(23)
+    missed = 0
+    for rep in range(sized.replications):
+        layout = coverage.design_layout(
+            n=10, iterations=200, lengths=coverage.block_lengths(rng), rng=rng, **SWEEP
+        )
+        data = coverage.truth_answers(truth, layout, coverage.World.draw(rng, prompts=200), rng=rng)
+        found = explain_curve(data, model="sim", resamples=RESAMPLES, seed=rep)
+        position = _effect(found, "position")
+        named = position.distinguishable and position.bend is not None and (position.bend.high or 0) < 0
+        missed += not named
+        if named:
+            assert "a U, lowest in the middle" in found.verdict
+    assert sized.passes(missed), sized.describe(missed)
+
+
+def test_forward_order_without_filler_cannot_separate_and_says_so(coverage: ModuleType) -> None:
+    # Issue 22: with distance the true cause in the seed's design, position and distance are reported
+    # together, in the table and in the verdict, never one of them as "not distinguishable" alone.
+    fake = FakeSpec(first=0.65, last=0.35, depends_on="token-distance", distance_span=2000, **EFFECTS)
+    rng = np.random.default_rng(4)
+    layout = coverage.design_layout(n=10, iterations=200, lengths=coverage.block_lengths(rng), rng=rng)
+    data = coverage.design_answers(fake, layout, coverage.World.draw(rng, prompts=200), rng=rng)
+    found = explain_curve(data, model="sim", resamples=RESAMPLES)
+    slot = _effect(found, "answer slot")
     assert slot.status == "not estimable" and slot.effect is None
-    (confound,) = [c for c in found.confounds if "answer slot" in c.effects]
-    assert set(confound.effects) >= {"position", "answer slot"} and confound.moves_curve
-    assert "--answer-order random" in confound.fix
-    assert "cannot say which" in found.verdict
-
-
-def test_without_filler_position_and_distance_move_together_in_short_prompts(coverage: ModuleType) -> None:
-    # Blocks of nearly one length: the distance is the position, to within a few tokens.
-    rng = np.random.default_rng(5)
-    lengths = np.full(coverage.POOL, 90.0) + rng.integers(0, 3, coverage.POOL)
-    layout = coverage.design_layout(n=10, iterations=100, lengths=lengths, rng=rng, order="random")
-    fake = FakeSpec(first=0.3, last=0.6, **EFFECTS)
-    data = coverage.design_answers(fake, layout, coverage.World.draw(rng, prompts=100), rng=rng)
-    found = explain_curve(data, model="sim", resamples=100)
-    (confound,) = found.confounds
-    assert set(confound.effects) == {"position", "token distance"}
-    assert confound.correlation is not None and confound.correlation < -0.95
-    assert "--filler-tokens" in confound.fix
+    (group,) = found.confounds
+    assert set(group.effects) == {"position", "token distance"} and group.moves_curve
+    assert _effect(found, "position").reading == "not separable from token distance"
+    assert _effect(found, "token distance").reading == "not separable from position"
+    assert "--filler-tokens" in group.fix and "together move the curve" in found.verdict
+    assert "Moves the curve:" not in found.verdict
 
 
 def test_the_probe_design_holds_the_slot_fixed(coverage: ModuleType) -> None:
     fake = FakeSpec(first=0.3, last=0.6, **EFFECTS)
-    found = _explain(coverage, fake, seed=6, probe=True)
-    slot = next(e for e in found.effects if e.name == "answer slot")
-    assert slot.status == "held fixed"
+    rng = np.random.default_rng(6)
+    layout = coverage.design_layout(
+        n=10, iterations=200, lengths=coverage.block_lengths(rng), rng=rng, probe=True
+    )
+    data = coverage.design_answers(fake, layout, coverage.World.draw(rng, prompts=200), rng=rng)
+    found = explain_curve(data, model="sim", resamples=RESAMPLES)
+    slot = _effect(found, "answer slot")
+    assert slot.status == "held fixed" and slot.reading == "held fixed"
     assert found.answers == 200
 
 
 def test_a_window_no_answer_reaches_is_not_tested(coverage: ModuleType) -> None:
     fake = FakeSpec(first=0.3, last=0.6, **EFFECTS)
     far = ModelInfo(name="sim", num_layers=4, sliding_window=100_000, sliding_window_layers=(0, 2))
-    found = _explain(coverage, fake, seed=7, info=far, order="random")
+    rng = np.random.default_rng(7)
+    layout = coverage.design_layout(
+        n=10, iterations=200, lengths=coverage.block_lengths(rng), rng=rng, order="random"
+    )
+    data = coverage.design_answers(fake, layout, coverage.World.draw(rng, prompts=200), rng=rng)
+    found = explain_curve(data, model="sim", info=far, resamples=RESAMPLES)
     assert found.window is not None and not found.window.tested
     assert found.window.note is not None and "do not straddle the window" in found.window.note
+    assert "not tested" in found.verdict
