@@ -128,7 +128,8 @@ class Curve(Record):
     note: str | None = Field(
         None,
         description="What the reader must know, e.g. that some jobs' token offsets are unknown (a served "
-        "model without a tokenizer), so their token distances are null.",
+        "model without a tokenizer), so their token distances are null, or that its clusters are too few "
+        "for the bootstrap's intervals to hold their level.",
     )
 
     def to_pandas(self) -> pd.DataFrame:
@@ -170,6 +171,34 @@ class DiffPoint(Record):
         description="Exact McNemar p-value over matched trials where both parsed (paired comparisons only; "
         "pointwise, not adjusted for the number of positions).",
     )
+    mcnemar_holm: float | None = Field(
+        None,
+        description="`mcnemar_p` adjusted over the positions (Holm): below 0.05 at a position is a "
+        "difference at 5% over all positions. Never used for `different`, which the band decides.",
+    )
+
+
+class BlockDiff(Record):
+    """A difference (B - A) over a block of consecutive positions pooled, or at one position, within a
+    family whose band holds over all its members at once."""
+
+    first_position: int = Field(description="1-based first position of the block.")
+    last_position: int = Field(description="1-based last position of the block (the first, for one).")
+    a: float | None = Field(description="A's value (accuracy among parsed answers, or parse rate).")
+    b: float | None = Field(description="B's value.")
+    diff: float | None = Field(description="b - a.")
+    band_low: float | None = Field(
+        None, description="Simultaneous 95% band over the family, lower bound (max-|t| cluster bootstrap)."
+    )
+    band_high: float | None = Field(None, description="Simultaneous 95% band, upper bound.")
+    different: bool = Field(False, description="The family's band excludes zero here.")
+
+    @property
+    def where(self) -> str:
+        """`position 7` or `positions 1-10`."""
+        if self.first_position == self.last_position:
+            return f"position {self.first_position}"
+        return f"positions {self.first_position}-{self.last_position}"
 
 
 class Comparison(Record):
@@ -196,6 +225,20 @@ class Comparison(Record):
     )
     contrast_a: Interval | None = Field(None, description="A's last-minus-first contrast.")
     contrast_b: Interval | None = Field(None, description="B's last-minus-first contrast.")
+    blocks: tuple[BlockDiff, ...] = Field(
+        (),
+        description="Accuracy difference over blocks of positions (a tenth, a fifth, a half of the prompt, "
+        "all of it), in one family with the positions: `different` where the family's simultaneous band "
+        "excludes zero (the schedule verdict's family; a drop spread over several positions shows here).",
+    )
+    parse: tuple[BlockDiff, ...] = Field(
+        (),
+        description="Parse-rate difference at every position and block, with its own simultaneous band "
+        "(positions where answers stopped parsing show here, whatever their accuracy).",
+    )
+    warning: str | None = Field(
+        None, description="Why the intervals cannot be read at their level: too few clusters for the method."
+    )
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per position: both accuracies, the difference, its intervals and the band."""
@@ -206,6 +249,67 @@ class Comparison(Record):
             ],
             columns=["a", "b", "batch_size", *DiffPoint.model_fields],
         )
+
+
+class OptionPoint(Record):
+    """Which options a model answers at one position, against which options are right there."""
+
+    position: int = Field(description="1-based position.")
+    n: int = Field(description="Parsed answers here.")
+    accuracy: float | None = Field(description="Accuracy among parsed answers.")
+    predicted_share: tuple[float, ...] = Field(
+        description="Per shown option (1st, 2nd, ...), the share of parsed answers that chose it."
+    )
+    gold_share: tuple[float, ...] = Field(
+        description="Per shown option, the share of these answers whose gold option it is."
+    )
+    entropy: float | None = Field(
+        None,
+        description="Mean entropy of the option probabilities, in bits (2 bits: four options equally "
+        "likely; 0: certain); None where no probabilities were recorded.",
+    )
+    confidence: float | None = Field(
+        None, description="Mean probability of the most probable option (the model's confidence)."
+    )
+    debiased_accuracy: Interval | None = Field(
+        None,
+        description="Accuracy after removing the model's option prior at this position (PriDe: the prior "
+        "estimated from trials with shuffled options, every answer re-chosen as the most probable option "
+        "divided by the prior; cross-fitted, each fifth of the clusters debiased with the others' prior); "
+        "cluster-bootstrap interval that re-estimates the prior. None without shuffled options or option "
+        "probabilities.",
+    )
+    prior: tuple[float, ...] | None = Field(
+        None, description="The estimated option prior at this position (sums to 1)."
+    )
+    reading: str | None = Field(
+        None,
+        description="`collapse onto option K` (one option chosen far more often than it is right), `a "
+        "guess` (accuracy near chance, probabilities spread) or `confident and wrong` (accuracy near "
+        "chance, the top option highly probable); None when accuracy is clear of chance.",
+    )
+
+
+class OptionsView(Record):
+    """Options by position for one batch size of a job (or a model's jobs, pooled): why early answers sit
+    at chance, when they do."""
+
+    model: str = Field(description="Model name.")
+    job_ids: tuple[int, ...] = Field(description="Jobs whose results make it up.")
+    variant: str = Field(BASELINE, description="The variant.")
+    batch_size: int = Field(description="N.")
+    options: int = Field(description="Options per question (the most shown).")
+    chance: float | None = Field(None, description="Accuracy of guessing.")
+    trials: int = Field(0, description="Trials behind it.")
+    prior_trials: int = Field(
+        0,
+        description="Trials with shuffled options used to estimate the option prior (left out of the rest).",
+    )
+    points: tuple[OptionPoint, ...] = Field(description="One per position.")
+    readings: tuple[str, ...] = Field(
+        (), description="Runs of positions with one reading, e.g. `positions 1-8: a collapse onto option 4`."
+    )
+    note: str | None = Field(None, description="What could not be computed, and why.")
 
 
 class CurveAxis(StrEnum):

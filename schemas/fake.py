@@ -21,6 +21,43 @@ class FakeAxis(StrEnum):
     token_distance = "token-distance"
 
 
+class FakeCollapse(Record):
+    """An option prior at some positions: the fake's answer probabilities there are its belief times a
+    prior favouring one option (renormalised), and it writes the most probable. A strong prior collapses
+    its answers onto that option while its belief still knows the answer (what removing the prior, PriDe,
+    recovers)."""
+
+    model_config = FINITE
+
+    option: int = Field(ge=1, le=26, description="The favoured option, 1-based as displayed (4 = the 4th).")
+    positions: tuple[int, int] = Field(
+        description="First and last 1-based positions where the prior applies (e.g. [1, 8])."
+    )
+    prior: float = Field(
+        0.9,
+        gt=0.0,
+        lt=1.0,
+        description="The prior's probability of the favoured option (the other options share the rest).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if not 1 <= self.positions[0] <= self.positions[1]:
+            raise ValueError("collapse positions must be [first, last] with 1 <= first <= last")
+        return self
+
+    def applies(self, position: int) -> bool:
+        """Whether the prior applies at 1-based `position`."""
+        return self.positions[0] <= position <= self.positions[1]
+
+    def weights(self, n_options: int) -> list[float]:
+        """The prior over `n_options` shown options (uniform when the favoured one is not among them)."""
+        if self.option > n_options or n_options < 2:
+            return [1.0 / n_options] * n_options
+        rest = (1.0 - self.prior) / (n_options - 1)
+        return [self.prior if i == self.option - 1 else rest for i in range(n_options)]
+
+
 class FakeSpec(Record):
     """The fake engine's behaviour: a model whose accuracy by position is known, with the dependence
     between answers a real model shows.
@@ -73,6 +110,11 @@ class FakeSpec(Record):
         None, description="Seed of the fake's own noise; the job's seed when not set (see the class)."
     )
     malformed: float = Field(0.0, ge=0.0, le=1.0, description="Rate of unparseable answer lines.")
+    collapse: FakeCollapse | None = Field(
+        None,
+        description="An option prior at some positions (see FakeCollapse): e.g. {option: 4, positions: "
+        "[1, 8]} answers option 4 there whatever the question.",
+    )
     delay_s: float = Field(0.0, ge=0.0, le=60.0, description="Seconds the fake engine sleeps per prompt.")
     as_gpu: bool = Field(
         False,

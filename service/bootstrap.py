@@ -1,6 +1,12 @@
 """The cluster bootstrap: whole clusters resampled, one curve's or two curves' sums per resample, and what
 is read off the resamples: percentile intervals widened for few clusters, the max-|t| simultaneous band,
-the last-minus-first contrast and the last/first ratio."""
+the last-minus-first contrast and the last/first ratio.
+
+Every interval stays inside what its statistic can be (a difference of proportions within +-1, a ratio at
+least 0) by construction: the percentile interval's small-sample widening and the band's estimate +- c x SE
+are taken on a scale that maps the possible range onto the whole line (`Bounds`: atanh for a bounded
+range, log for a ratio) and mapped back. Nothing is clipped.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +17,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.schemas import Interval
-from posbias.service.intervals import LEVEL, clustered_interval
+from posbias.service.intervals import LEVEL, clustered_interval, wilson_interval
 from posbias.service.trial_data import Floats, Ints, TrialData
 
 BOOTSTRAP_RESAMPLES = 2000
+Bounds = tuple[float, float]
+"""The range a statistic can take, (low, high); high may be infinite (a ratio)."""
+DIFF: Bounds = (-1.0, 1.0)
+"""A difference of two proportions."""
+DIFF_OF_DIFFS: Bounds = (-2.0, 2.0)
+"""A difference of two differences of proportions (a contrast's change)."""
+PROPORTION: Bounds = (0.0, 1.0)
+RATIO: Bounds = (0.0, math.inf)
 RATIO_MIN_FIRST = 0.1
 """The ratio is given only when the first position's pointwise interval starts at or above this: below it
 the ratio is unbounded in practice and its bootstrap is dominated by resamples near 0."""
+MIN_CLUSTERS = 16
+"""The fewest clusters at which the cluster bootstrap's 95% intervals hold their level by simulation
+(`benchmarks/intervals.py clusters`, N = 10, question and prompt effects, 150 runs each): the simultaneous
+band of a paired difference covered 19% at 4 clusters, 73% at 8, 90% at 12 and 96% at 16; the contrast and
+the pointwise difference 85-86% at 4 and 95% from 8 on. Below it a curve or comparison says so."""
 _CHUNK = 200
 """Bootstrap resamples computed at a time (memory: chunk x clusters weights)."""
 
@@ -41,6 +60,10 @@ class Resampled:
         m, a = self._grouped(self.parsed, columns), self._grouped(self.answered, columns)
         with np.errstate(invalid="ignore", divide="ignore"):
             return m / a
+
+    def counts(self, columns: Sequence[Sequence[int]] | None = None) -> tuple[Floats, Floats]:
+        """The data's parsed answers and answers (row 0): per position, or per group of `columns`."""
+        return self._grouped(self.parsed, columns)[0], self._grouped(self.answered, columns)[0]
 
     @staticmethod
     def _grouped(values: Floats, columns: Sequence[Sequence[int]] | None) -> Floats:
@@ -87,6 +110,18 @@ def bootstrap(
     return [Resampled(correct=c, parsed=m, answered=a) for c, m, a in out]
 
 
+def too_few_clusters(clusters: int, *, unit: str = "trial") -> str | None:
+    """One line saying the intervals cannot be read at their level, when `clusters` is below
+    `MIN_CLUSTERS`; None otherwise."""
+    if clusters >= MIN_CLUSTERS:
+        return None
+    units = f"{unit}s" if clusters != 1 else unit
+    return (
+        f"only {clusters} {units}: too few for the cluster bootstrap, whose 95% intervals hold their level "
+        f"from {MIN_CLUSTERS} {unit}s on (benchmarks/intervals.py); read the intervals as rough"
+    )
+
+
 def chunks(total: int) -> Iterator[int]:
     """`total` in pieces of at most `_CHUNK`: the resamples (or permutations) computed at a time."""
     while total > 0:
@@ -115,11 +150,36 @@ def small_sample(df: int | None, z: float) -> float:
     return float(t.ppf(norm.cdf(z), df)) * math.sqrt(clusters / (clusters - 1))
 
 
+def to_scale(values: Floats | float, bounds: Bounds) -> Floats:
+    """`values` on the unbounded scale of `bounds` (the ends map to -inf and +inf)."""
+    low, high = bounds
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if math.isinf(high):
+            return np.log(x - low)
+        return np.arctanh(np.clip((2 * x - low - high) / (high - low), -1.0, 1.0))
+
+
+def from_scale(values: Floats | float, bounds: Bounds) -> Floats:
+    """The inverse of `to_scale`: always inside `bounds`."""
+    low, high = bounds
+    y = np.asarray(values, dtype=np.float64)
+    if math.isinf(high):
+        return low + np.exp(y)
+    return low + (high - low) * (np.tanh(y) + 1) / 2
+
+
 def percentile(
-    estimate: float | None, resampled: Floats, *, level: float = LEVEL, df: int | None = None
+    estimate: float | None,
+    resampled: Floats,
+    *,
+    level: float = LEVEL,
+    df: int | None = None,
+    bounds: Bounds | None = None,
 ) -> Interval:
     """Percentile interval of `resampled` (NaN resamples, where the statistic is undefined, left out),
-    each side's distance from the estimate widened by `small_sample(df)` when `df` is given."""
+    each side's distance from the estimate widened by `small_sample(df)` when `df` is given; with `bounds`,
+    widened on their unbounded scale, so the interval stays inside them."""
     kept = resampled[np.isfinite(resampled)]
     if estimate is None or not math.isfinite(estimate) or kept.size == 0:
         return Interval(
@@ -132,11 +192,22 @@ def percentile(
 
     z = float(ndtri((1 + level) / 2))
     widen = small_sample(df, z) / z
-    return Interval(
-        estimate=float(estimate),
-        low=float(estimate - widen * (estimate - low)),
-        high=float(estimate + widen * (high - estimate)),
-    )
+    if bounds is None:
+        return Interval(
+            estimate=float(estimate),
+            low=float(estimate - widen * (estimate - low)),
+            high=float(estimate + widen * (high - estimate)),
+        )
+    centre = float(to_scale(estimate, bounds))
+    ends = []
+    for q in (float(low), float(high)):
+        scaled = float(to_scale(q, bounds))
+        if q == estimate or not math.isfinite(centre):
+            # No spread on this side, or the estimate sits at a bound: the percentile itself (no widening).
+            ends.append(q)
+            continue
+        ends.append(float(from_scale(centre + widen * (scaled - centre), bounds)))
+    return Interval(estimate=float(estimate), low=ends[0], high=ends[1])
 
 
 @dataclass(frozen=True)
@@ -194,10 +265,98 @@ def max_t_band(
     return Band(low=low, high=high, critical=critical, se=se_used)
 
 
+def diff_band(
+    a: Floats,
+    b: Floats,
+    *,
+    counts: tuple[Floats, Floats],
+    level: float = LEVEL,
+    one_sided: str | None = None,
+    df: int | None = None,
+    same: bool = False,
+) -> Band:
+    """The simultaneous band of the differences `b - a` of two proportions over a family (columns; rows:
+    the bootstrap resamples, row 0 the data), inside +-1 by construction.
+
+    The critical value is the max-|t| band's (`max_t_band` of the differences). Each member's bounds are
+    then Newcombe's hybrid score interval at that critical value: Wilson's interval of each side at the
+    effective sample size its bootstrap variance implies (p(1 - p) / variance, so clustering counts;
+    `counts`, the answers behind each side, where it does not vary), combined with the two sides'
+    bootstrap correlation (paired trials narrow it). Wilson's bounds lie in [0, 1], so the difference's
+    lie in [-1, 1]. A member whose difference does not vary under resampling while its sides do (a curve
+    compared with itself) has a band of zero width; so has every member with `same` (the two sides are
+    the same answers). `one_sided="upper"`: upper bounds only."""
+    d = b - a
+    raw = max_t_band(d[0], d[1:], level=level, one_sided=one_sided, clip=None, df=df)
+    return _newcombe(a, b, counts=counts, z=raw.critical, raw=raw, one_sided=one_sided, same=same)
+
+
+def diff_interval(
+    a: Floats,
+    b: Floats,
+    *,
+    counts: tuple[Floats, Floats],
+    level: float = LEVEL,
+    df: int | None = None,
+    same: bool = False,
+) -> Band:
+    """Per member, the pointwise interval of `b - a` as `diff_band` builds it, at the normal critical
+    value of `level` widened by `small_sample(df)`."""
+    from scipy.special import ndtri
+
+    d = b - a
+    raw = max_t_band(d[0], d[1:], level=level, clip=None, df=df)
+    z = small_sample(df, float(ndtri((1 + level) / 2)))
+    return _newcombe(a, b, counts=counts, z=z, raw=raw, same=same)
+
+
+def _newcombe(
+    a: Floats,
+    b: Floats,
+    *,
+    counts: tuple[Floats, Floats],
+    z: float,
+    raw: Band,
+    one_sided: str | None = None,
+    same: bool = False,
+) -> Band:
+    members = a.shape[1]
+    low = np.full(members, np.nan)
+    high = np.full(members, np.nan)
+    for k in range(members):
+        pa, pb = float(a[0, k]), float(b[0, k])
+        if not (math.isfinite(pa) and math.isfinite(pb)):
+            continue
+        ra, rb = a[1:, k], b[1:, k]
+        both = np.isfinite(ra) & np.isfinite(rb)
+        va = float(np.var(ra[both], ddof=1)) if both.sum() > 1 else 0.0
+        vb = float(np.var(rb[both], ddof=1)) if both.sum() > 1 else 0.0
+        if raw.se[k] <= 1e-12 and (same or va > 1e-12 or vb > 1e-12):
+            low[k] = high[k] = pb - pa  # the difference cannot move: the same answers on both sides
+            continue
+        sides = []
+        for p, v, n in ((pa, va, float(counts[0][k])), (pb, vb, float(counts[1][k]))):
+            effective = p * (1 - p) / v if v > 1e-12 and 0 < p < 1 else max(n, 1.0)
+            found = wilson_interval(p * effective, effective, z=z)
+            assert found.low is not None and found.high is not None
+            sides.append((found.low, found.high))
+        (la, ua), (lb, ub) = sides
+        phi = 0.0
+        if va > 1e-12 and vb > 1e-12:
+            phi = float(np.corrcoef(ra[both], rb[both])[0, 1])
+        down = (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2
+        up = (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2
+        low[k] = pb - pa - math.sqrt(max(down, 0.0))
+        high[k] = pb - pa + math.sqrt(max(up, 0.0))
+    if one_sided == "upper":
+        low = np.full(members, -np.inf)
+    return Band(low=low, high=high, critical=z, se=raw.se)
+
+
 def contrast(resampled: Floats, *, df: int | None = None) -> Interval:
-    """Last minus first position's accuracy, with its percentile interval."""
+    """Last minus first position's accuracy, with its percentile interval (within +-1)."""
     values = resampled[:, -1] - resampled[:, 0]
-    return percentile(float(values[0]), values[1:], df=df)
+    return percentile(float(values[0]), values[1:], df=df, bounds=DIFF)
 
 
 def ratio(data: TrialData, resampled: Floats) -> tuple[Interval | None, str | None]:
@@ -216,4 +375,4 @@ def ratio(data: TrialData, resampled: Floats) -> tuple[Interval | None, str | No
         return None, "no last/first ratio: the last position has no parsed answers"
     zeros = int(np.sum(resampled[1:, 0] == 0))
     note = f"{zeros} of {len(values) - 1} resamples had no correct first answer (left out)" if zeros else None
-    return percentile(float(values[0]), values[1:], df=data.clusters - 1), note
+    return percentile(float(values[0]), values[1:], df=data.clusters - 1, bounds=RATIO), note

@@ -20,16 +20,42 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.schemas import Comparison, DiffPoint, Interval, PosbiasError
+from posbias.schemas.curve import BlockDiff
 from posbias.service.bootstrap import (
     BOOTSTRAP_RESAMPLES,
+    DIFF_OF_DIFFS,
     Resampled,
     bootstrap,
     contrast,
-    max_t_band,
+    diff_band,
+    diff_interval,
     percentile,
+    too_few_clusters,
 )
+from posbias.service.intervals import LEVEL
 from posbias.service.regression import least_squares_slopes
 from posbias.service.trial_data import Floats, Ints, TrialData
+
+MIN_ANSWERS = 20
+"""A block of positions is compared for accuracy only where each of its positions has at least this many
+parsed answers on both sides: pooled over positions whose answers stopped parsing, a block's accuracy moves
+with which positions still parse, not with accuracy."""
+BLOCK_FRACTIONS = (0.1, 0.2, 0.5, 1.0)
+"""Block widths, as fractions of the batch size, that comparisons and verdicts look at besides positions."""
+
+
+def blocks(batch_size: int) -> list[tuple[int, int]]:
+    """The family a comparison looks at: each position, then consecutive blocks of each width in
+    `BLOCK_FRACTIONS` (0-based, end exclusive), without repeats."""
+    family: list[tuple[int, int]] = [(p, p + 1) for p in range(batch_size)]
+    for fraction in BLOCK_FRACTIONS:
+        width = max(2, round(batch_size * fraction))
+        if width > batch_size:
+            continue
+        for start in range(0, batch_size - width + 1, width):
+            if (start, start + width) not in family:
+                family.append((start, start + width))
+    return family
 
 
 @dataclass(frozen=True)
@@ -144,15 +170,32 @@ def compare(
     labels: tuple[str, str],
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
+    level: float = LEVEL,
 ) -> Comparison:
-    """B minus A at every position (accuracy among parsed answers), paired where trials match."""
+    """B minus A at every position and block (accuracy among parsed answers, and parse rate), paired where
+    trials match; `level` is the simultaneous band's (the coverage tests loosen it to build a broken
+    compare)."""
     matching, ra, rb = resample_pair(a, b, resamples=resamples, seed=seed)
-    acc_a, acc_b = ra.accuracy(), rb.accuracy()
+    n = a.batch_size
+    family = [range(start, stop) for start, stop in blocks(n)]
+    thick = np.minimum(a.parsed.sum(axis=0), b.parsed.sum(axis=0)) >= MIN_ANSWERS
+    family_acc = [r for r in family if len(r) == 1 or bool(thick[r.start : r.stop].all())]
+    acc_a, acc_b = ra.accuracy(family_acc), rb.accuracy(family_acc)
     diff = acc_b - acc_a
-    band = max_t_band(diff[0], diff[1:], clip=(-1.0, 1.0), df=matching.df)
+    (parsed_a, _), (parsed_b, _) = ra.counts(family_acc), rb.counts(family_acc)
+    (_, answered_a), (_, answered_b) = ra.counts(family), rb.counts(family)
+    # A curve compared with itself: the same answers on both sides, every interval of zero width.
+    same = a.keys == b.keys and np.array_equal(a.correct, b.correct) and np.array_equal(a.parsed, b.parsed)
+    band = diff_band(acc_a, acc_b, counts=(parsed_a, parsed_b), level=level, df=matching.df, same=same)
+    pointwise = diff_interval(
+        acc_a[:, :n], acc_b[:, :n], counts=(parsed_a[:n], parsed_b[:n]), df=matching.df, same=same
+    )
+    members = _members(family_acc, acc_a[0], acc_b[0], band.low, band.high)
     paired = matching.method != "unpaired"
+    pvalues = [mcnemar_p(a, b, matching.pairs, column) if paired else None for column in range(n)]
+    holm = holm_adjust(pvalues)
     found = []
-    for column in range(a.batch_size):
+    for column in range(n):
         d = float(diff[0, column])
         if not np.isfinite(d):
             found.append(
@@ -166,47 +209,90 @@ def compare(
                 )
             )
             continue
-        pointwise = percentile(d, diff[1:, column], df=matching.df)
-        low, high = float(band.low[column]), float(band.high[column])
+        member = members[column]
         found.append(
             DiffPoint(
                 position=column + 1,
                 accuracy_a=_finite(acc_a[0, column]),
                 accuracy_b=_finite(acc_b[0, column]),
                 diff=d,
-                ci_low=pointwise.low,
-                ci_high=pointwise.high,
-                band_low=low,
-                band_high=high,
-                different=low > 0 or high < 0,
-                mcnemar_p=mcnemar_p(a, b, matching.pairs, column) if paired else None,
+                ci_low=float(pointwise.low[column]),
+                ci_high=float(pointwise.high[column]),
+                band_low=member.band_low,
+                band_high=member.band_high,
+                different=member.different,
+                mcnemar_p=pvalues[column],
+                mcnemar_holm=holm[column],
             )
         )
+    parse_a, parse_b = ra.parse_rate(family), rb.parse_rate(family)
+    parse_band = diff_band(parse_a, parse_b, counts=(answered_a, answered_b), df=matching.df, same=same)
+    whole = acc_a[:, :n], acc_b[:, :n]
     summaries: dict[str, Interval] = {}
-    if a.batch_size > 1:
-        summaries["contrast_a"] = contrast(acc_a, df=a.clusters - 1)
-        summaries["contrast_b"] = contrast(acc_b, df=b.clusters - 1)
+    if n > 1:
+        summaries["contrast_a"] = contrast(whole[0], df=a.clusters - 1)
+        summaries["contrast_b"] = contrast(whole[1], df=b.clusters - 1)
         summaries["contrast_diff"] = _difference(
-            acc_b[:, -1] - acc_b[:, 0] - (acc_a[:, -1] - acc_a[:, 0]), df=matching.df
+            whole[1][:, -1] - whole[1][:, 0] - (whole[0][:, -1] - whole[0][:, 0]),
+            df=matching.df,
+            bounds=DIFF_OF_DIFFS,
         )
         summaries["slope_diff"] = _difference(
-            least_squares_slopes(acc_b) - least_squares_slopes(acc_a), df=matching.df
+            least_squares_slopes(whole[1]) - least_squares_slopes(whole[0]), df=matching.df
         )
+    fewest = min(a.clusters, b.clusters)
     return Comparison(
         a=labels[0],
         b=labels[1],
-        batch_size=a.batch_size,
+        batch_size=n,
         method=matching.method,
         matched_trials=len(matching.pairs),
         trials_a=a.trials,
         trials_b=b.trials,
         points=tuple(found),
+        blocks=tuple(members[n:]),
+        parse=tuple(_members(family, parse_a[0], parse_b[0], parse_band.low, parse_band.high)),
+        warning=too_few_clusters(fewest, unit=a.cluster_unit),
         **summaries,
     )
 
 
-def _difference(values: Floats, *, df: int) -> Interval:
-    return percentile(float(values[0]), values[1:], df=df)
+def _members(family: Sequence[range], a: Floats, b: Floats, low: Floats, high: Floats) -> list[BlockDiff]:
+    """One `BlockDiff` per member of `family`."""
+    found = []
+    for k, positions in enumerate(family):
+        d = float(b[k] - a[k])
+        known = bool(np.isfinite(d))
+        found.append(
+            BlockDiff(
+                first_position=positions.start + 1,
+                last_position=positions.stop,
+                a=_finite(a[k]),
+                b=_finite(b[k]),
+                diff=d if known else None,
+                band_low=float(low[k]) if known else None,
+                band_high=float(high[k]) if known else None,
+                different=known and bool(low[k] > 0 or high[k] < 0),
+            )
+        )
+    return found
+
+
+def holm_adjust(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of the p-values given (None stays None)."""
+    from statsmodels.stats.multitest import multipletests
+
+    given = [i for i, p in enumerate(pvalues) if p is not None]
+    adjusted: list[float | None] = [None] * len(pvalues)
+    if given:
+        corrected = multipletests([pvalues[i] for i in given], method="holm")[1]
+        for i, p in zip(given, corrected, strict=True):
+            adjusted[i] = float(p)
+    return adjusted
+
+
+def _difference(values: Floats, *, df: int, bounds: tuple[float, float] | None = None) -> Interval:
+    return percentile(float(values[0]), values[1:], df=df, bounds=bounds)
 
 
 def _finite(value: float) -> float | None:

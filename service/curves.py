@@ -17,11 +17,13 @@ from posbias.schemas import (
     CurveAxis,
     CurveQuery,
     NotFoundError,
+    OptionsView,
     PosbiasError,
     TokenSource,
 )
 from posbias.schemas.explanation import Explanation
 from posbias.service import comparison, jobs, position_curve, queries
+from posbias.service import options as option_views
 from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES
 from posbias.service.database import Database
 from posbias.service.explain import explain_curve
@@ -95,7 +97,7 @@ def curves(
         return found
     if by is CurveAxis.token_distance and not found:
         raise NotFoundError(f"no token distances for {query.describe()}: {note}")
-    return [c.model_copy(update={"note": note}) for c in found]
+    return [c.model_copy(update={"note": "; ".join(n for n in (note, c.note) if n)}) for c in found]
 
 
 def _distance_curves(
@@ -206,6 +208,26 @@ def explain(
         )
         for n in sizes
     ]
+
+
+def options(
+    db: Database, job_ids: Sequence[int], *, batch_size: int | None = None, variant: str = BASELINE
+) -> list[OptionsView]:
+    """Options by position of `variant` of `job_ids` (one model's jobs), per batch size: shares of each
+    predicted and gold option, entropy, confidence and accuracy with the option prior removed
+    (`service/options.py`). `NotFoundError` naming the fix when there is nothing to read."""
+    if not job_ids:
+        raise PosbiasError("name a job, e.g. `posbias explain 3`")
+    records = [jobs.get(db, job_id) for job_id in job_ids]  # NotFoundError names the fix
+    models = {(r.model, r.revision) for r in records}
+    if len(models) > 1:
+        raise PosbiasError(
+            f"jobs {', '.join(map(str, job_ids))} are of different models: one model at a time"
+        )
+    model, _ = models.pop()
+    return option_views.by_position(
+        db, sorted(set(job_ids)), model=model, batch_size=batch_size, variant=variant
+    )
 
 
 def _offsets_note(db: Database, job_ids: list[int]) -> str | None:

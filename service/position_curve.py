@@ -15,13 +15,21 @@ counterpart for analysts: accuracy by position with pointwise, unclustered Wilso
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from posbias.schemas import Curve, CurvePoint, PosbiasError
-from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES, contrast, max_t_band, ratio, single
+from posbias.schemas import Curve, CurvePoint, Interval, PosbiasError
+from posbias.service.bootstrap import (
+    BOOTSTRAP_RESAMPLES,
+    contrast,
+    max_t_band,
+    ratio,
+    single,
+    too_few_clusters,
+)
 from posbias.service.intervals import Z95, points, wilson_interval
 from posbias.service.regression import position_regression
 from posbias.service.shape_test import PERMUTATIONS, shape_test
@@ -50,8 +58,9 @@ def build_curve(
         summaries["contrast"] = found_contrast if found_contrast.estimate is not None else None
         summaries["first_last_ratio"], summaries["ratio_note"] = ratio(data, resampled)
         fitted = position_regression(data)
-        if fitted is not None:
-            summaries["slope"], summaries["position_effect"] = fitted
+        bounded = within_one(*fitted, batch_size=data.batch_size) if fitted is not None else None
+        if bounded is not None:
+            summaries["slope"], summaries["position_effect"] = bounded
         summaries["shape_p"] = shape_test(data, permutations=permutations, seed=seed)
         if band:
             found = with_band(found, resampled, df=data.clusters - 1)
@@ -68,7 +77,26 @@ def build_curve(
         cluster_unit=data.cluster_unit,
         duplicate_trials=data.duplicates,
         chance=data.chance,
+        note=too_few_clusters(data.clusters, unit=data.cluster_unit) if data.trials else None,
         **summaries,
+    )
+
+
+def within_one(per: Interval, whole: Interval, *, batch_size: int) -> tuple[Interval, Interval] | None:
+    """The regression's first-to-last effect (`whole`) and slope (`per`) with the interval taken on the
+    atanh scale (the delta method, at the fit's own critical value) and mapped back, so it stays within
+    +-1 (100 points) by construction; None when the linear fit's estimate itself is not inside +-1 (a
+    linear probability model can overshoot: a step of 100 points in the middle fits as a line of 150)."""
+    e, low, high = whole.estimate, whole.low, whole.high
+    if e is None or low is None or high is None or not abs(e) < 1:
+        return None
+    centre = math.atanh(e)
+    spread = (high - low) / 2 / (1 - e * e)
+    lo, hi = math.tanh(centre - spread), math.tanh(centre + spread)
+    steps = batch_size - 1
+    return (
+        Interval(estimate=per.estimate, low=lo / steps, high=hi / steps),
+        Interval(estimate=e, low=lo, high=hi),
     )
 
 
@@ -169,6 +197,7 @@ def filler_curve(
         cluster_unit=data.cluster_unit,
         duplicate_trials=data.duplicates,
         chance=data.chance,
+        note=too_few_clusters(data.clusters, unit=data.cluster_unit) if data.trials else None,
         **summaries,
     )
 
@@ -271,4 +300,5 @@ def distance_curve(
         points=tuple(found),
         trials=len(trial_code),
         clusters=data.clusters,
+        note=too_few_clusters(data.clusters) if kept else None,
     )

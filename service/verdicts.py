@@ -14,7 +14,12 @@ is one-sided:
   drops that span several positions, which no single position has the answers to show.
 - shift: the last-minus-first contrast's change, either direction, beyond `max_shift` with its interval
   excluding zero (symmetric: recency and primacy alike).
-- parse: the parse rate, as the drop check, beyond `max_parse_drop`.
+- parse: the parse rate, as the drop check, beyond `max_parse_drop`, over every position with at least
+  `MIN_ANSWERS` answers (parsed or not) in both jobs: a position whose answers stopped parsing has too few
+  parsed answers to judge its accuracy, and that is exactly what this check must see (a collapse of the end
+  of the answer sheet fails it).
+
+Positions left out of a check are named in the verdict's note, and in the reason of a `pass`.
 
 The rule's confidence is split (Bonferroni) over the checks made and the batch sizes, so a checkpoint as good
 as its baseline is flagged with probability at most 1 - confidence. `benchmarks/coverage.py` measures that
@@ -26,7 +31,7 @@ asks for each pending checkpoint's verdict and records it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,18 +47,18 @@ from posbias.schemas.schedule import (
     Verdict,
     VerdictDetail,
 )
-from posbias.service import jobs, queries
-from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES, max_t_band, percentile
-from posbias.service.comparison import resample_pair
+from posbias.service import comparison, jobs, queries
+from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES, DIFF, DIFF_OF_DIFFS, diff_band, percentile
+from posbias.service.comparison import BLOCK_FRACTIONS, blocks, resample_pair
 from posbias.service.database import Database
 from posbias.service.schedules import CheckpointRecord, ScheduleRecord, list_checkpoints
 from posbias.service.trial_data import Floats, TrialData
 
-MIN_ANSWERS = 20
-"""Fewer parsed answers than this at a position (in either job) leave that position out of the checks: an
-interval at n < 20 is about +-20 points wide, too wide for a `pass` to mean anything."""
-BLOCK_FRACTIONS = (0.1, 0.2, 0.5, 1.0)
-"""Block widths, as fractions of the batch size, that the drop and parse checks look at besides positions."""
+MIN_ANSWERS = comparison.MIN_ANSWERS
+"""Fewer parsed answers than this at a position (in either job) leave that position out of the accuracy
+checks, and fewer answers (parsed or not) out of the parse check: an interval at n < 20 is about +-20 points
+wide, too wide for a `pass` to mean anything."""
+__all__ = ["BLOCK_FRACTIONS", "MIN_ANSWERS", "blocks", "compare_jobs", "judge", "judge_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -64,20 +69,6 @@ class Outcome:
     reason: str
     comparisons: int
     batch_sizes: list[BatchSizeVerdict]
-
-
-def blocks(batch_size: int) -> list[tuple[int, int]]:
-    """The family a drop check looks at: each position, then consecutive blocks of each width in
-    `BLOCK_FRACTIONS` (0-based, end exclusive), without repeats."""
-    family: list[tuple[int, int]] = [(p, p + 1) for p in range(batch_size)]
-    for fraction in BLOCK_FRACTIONS:
-        width = max(2, round(batch_size * fraction))
-        if width > batch_size:
-            continue
-        for start in range(0, batch_size - width + 1, width):
-            if (start, start + width) not in family:
-                family.append((start, start + width))
-    return family
 
 
 def compare_jobs(db: Database, *, baseline_job: int, candidate_job: int, rule: RegressionRule) -> Outcome:
@@ -127,13 +118,25 @@ def _shape(db: Database, job_id: int) -> str:
 
 
 def _usable(base: TrialData, cand: TrialData) -> bool:
-    return bool(_positions(base, cand))
+    return bool(_positions(base, cand, of="answered"))
 
 
-def _positions(base: TrialData, cand: TrialData) -> list[int]:
-    """0-based positions with enough parsed answers in both jobs."""
-    counts = np.minimum(base.parsed.sum(axis=0), cand.parsed.sum(axis=0))
+def _positions(base: TrialData, cand: TrialData, *, of: str = "parsed") -> list[int]:
+    """0-based positions with at least `MIN_ANSWERS` answers in both jobs: parsed ones (what the accuracy
+    checks need), or any (`of="answered"`: what the parse check needs)."""
+    counts = np.minimum(getattr(base, of).sum(axis=0), getattr(cand, of).sum(axis=0))
     return [p for p in range(base.batch_size) if counts[p] >= MIN_ANSWERS]
+
+
+def spans(positions: Iterable[int]) -> str:
+    """0-based positions as 1-based runs: `41-50`, `3, 7-9`."""
+    runs: list[tuple[int, int]] = []
+    for p in sorted(positions):
+        if runs and p == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], p)
+        else:
+            runs.append((p, p))
+    return ", ".join(f"{a + 1}" if a == b else f"{a + 1}-{b + 1}" for a, b in runs)
 
 
 def judge(
@@ -149,27 +152,55 @@ def judge(
     family)."""
     n = base.batch_size
     kept = set(_positions(base, cand))
-    if not kept:
+    answered = set(_positions(base, cand, of="answered"))
+    if not answered:
         return BatchSizeVerdict(
             batch_size=n,
             positions=0,
             worst_drop=None,
             drop_flagged=False,
-            note=f"fewer than {MIN_ANSWERS} parsed answers at every position in one of the jobs",
+            note=f"fewer than {MIN_ANSWERS} answers at every position in one of the jobs",
         )
     matching, rb, rc = resample_pair(base, cand, resamples=resamples, seed=seed)
-    family = [range(a, b) for a, b in blocks(n) if set(range(a, b)) <= kept]
     df = matching.df
-    drop, drop_flagged = _one_sided(
-        rb.accuracy(family), rc.accuracy(family), family, limit=rule.max_drop, alpha=alpha, df=df
-    )
+    drop, drop_flagged = None, False
+    if kept:
+        family = [range(a, b) for a, b in blocks(n) if set(range(a, b)) <= kept]
+        drop, drop_flagged = _one_sided(
+            rb.accuracy(family),
+            rc.accuracy(family),
+            family,
+            counts=(rb.counts(family)[0], rc.counts(family)[0]),
+            limit=rule.max_drop,
+            alpha=alpha,
+            df=df,
+        )
+    parse_family = [range(a, b) for a, b in blocks(n) if set(range(a, b)) <= answered]
     parse, parse_flagged = _one_sided(
-        rb.parse_rate(family), rc.parse_rate(family), family, limit=rule.max_parse_drop, alpha=alpha, df=df
+        rb.parse_rate(parse_family),
+        rc.parse_rate(parse_family),
+        parse_family,
+        counts=(rb.counts(parse_family)[1], rc.counts(parse_family)[1]),
+        limit=rule.max_parse_drop,
+        alpha=alpha,
+        df=df,
     )
     shift = None
     if rule.max_shift is not None and n > 1 and {0, n - 1} <= kept:
         shift = _shift(rb.accuracy(), rc.accuracy(), limit=rule.max_shift, alpha=alpha, df=df)
-    thin = n - len(kept)
+    notes = []
+    if len(kept) < n:
+        notes.append(
+            f"accuracy not judged at positions {spans(set(range(n)) - kept)} "
+            f"(fewer than {MIN_ANSWERS} parsed answers)"
+            if kept
+            else f"accuracy not judged: fewer than {MIN_ANSWERS} parsed answers at every position"
+        )
+    if len(answered) < n:
+        notes.append(
+            f"parse rate not judged at positions {spans(set(range(n)) - answered)} "
+            f"(fewer than {MIN_ANSWERS} answers)"
+        )
     return BatchSizeVerdict(
         batch_size=n,
         positions=len(kept),
@@ -180,18 +211,26 @@ def judge(
         shift=shift,
         parse_drop=parse,
         parse_flagged=parse_flagged,
-        note=f"{thin} positions with fewer than {MIN_ANSWERS} parsed answers left out" if thin else None,
+        note="; ".join(notes) or None,
     )
 
 
 def _one_sided(
-    base: Floats, cand: Floats, family: Sequence[range], *, limit: float | None, alpha: float, df: int
+    base: Floats,
+    cand: Floats,
+    family: Sequence[range],
+    *,
+    counts: tuple[Floats, Floats],
+    limit: float | None,
+    alpha: float,
+    df: int,
 ) -> tuple[PositionDrop | None, bool]:
-    """The family's changes with simultaneous one-sided bounds; the worst flagged drop (or, when none is
-    flagged, the place where the data allow the largest drop) and whether any was flagged."""
+    """The family's changes with simultaneous one-sided bounds (`diff_band`: inside +-1); the worst flagged
+    drop (or, when none is flagged, the place where the data allow the largest drop) and whether any was
+    flagged."""
     diff = cand - base
-    upper = max_t_band(diff[0], diff[1:], level=1 - alpha, one_sided="upper", clip=None, df=df).high
-    lower = -max_t_band(-diff[0], -diff[1:], level=1 - alpha, one_sided="upper", clip=None, df=df).high
+    upper = diff_band(base, cand, counts=counts, level=1 - alpha, one_sided="upper", df=df).high
+    lower = -diff_band(cand, base, counts=counts[::-1], level=1 - alpha, one_sided="upper", df=df).high
     drops = []
     for k, positions in enumerate(family):
         d = float(diff[0, k])
@@ -220,11 +259,11 @@ def _one_sided(
 def _shift(base: Floats, cand: Floats, *, limit: float, alpha: float, df: int) -> ShiftChange:
     cb = base[:, -1] - base[:, 0]
     cc = cand[:, -1] - cand[:, 0]
-    change = percentile(float(cc[0] - cb[0]), (cc - cb)[1:], level=1 - alpha, df=df)
+    change = percentile(float(cc[0] - cb[0]), (cc - cb)[1:], level=1 - alpha, df=df, bounds=DIFF_OF_DIFFS)
     excludes = change.low is not None and change.high is not None and (change.low > 0 or change.high < 0)
     return ShiftChange(
-        baseline=percentile(float(cb[0]), cb[1:], df=df),
-        candidate=percentile(float(cc[0]), cc[1:], df=df),
+        baseline=percentile(float(cb[0]), cb[1:], df=df, bounds=DIFF),
+        candidate=percentile(float(cc[0]), cc[1:], df=df, bounds=DIFF),
         change=change,
         flagged=bool(change.estimate is not None and abs(change.estimate) > limit / 100 and excludes),
     )
@@ -270,11 +309,17 @@ def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> t
     drop = worst.worst_drop
     assert drop is not None
     allowed = _points(-drop.lower, signed=False)
+    unjudged = [
+        f"N={v.batch_size}{'' if v.variant == BASELINE else ' ' + v.variant} {v.note}"
+        for v in verdicts
+        if v.note
+    ]
     return (
         Verdict.passed,
         f"within the rule: no drop established; the data allow a drop of at most {allowed} at "
         f"N={worst.batch_size}{'' if worst.variant == BASELINE else ' ' + worst.variant} {drop.where} "
-        f"(simultaneous bound; estimate {_points(drop.diff)})",
+        f"(simultaneous bound; estimate {_points(drop.diff)})"
+        + (f"; could not judge: {'; '.join(unjudged)}" if unjudged else ""),
     )
 
 

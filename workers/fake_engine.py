@@ -105,8 +105,10 @@ class FakeEngine(EngineBase[FakeTokenizer]):
     Log-probabilities: at an answer's digit the distribution over the options is half a point mass on the
     option written plus half a "belief" giving the gold option the answer's accuracy and the rest equal
     shares. The written option is always the most probable (as under greedy decoding), and the mean
-    probability of the gold option equals the configured accuracy of the answer. Every other output
-    token has log-probability 0.
+    probability of the gold option equals the configured accuracy of the answer. Where `spec.collapse`
+    applies, that distribution is multiplied by its option prior and renormalised, and the fake writes the
+    most probable option (a strong prior: always the favoured one). Every other output token has
+    log-probability 0.
 
     It states itself as engine `fake` at posbias's version, with no dtype or device.
     """
@@ -192,7 +194,7 @@ class FakeEngine(EngineBase[FakeTokenizer]):
         line_starts = np.cumsum([0] + [len(line) + 1 for line in lines])
         sheet = self._tokenizer.encode("\n".join(lines), add_special_tokens=False)
         starts = [start for start, _ in sheet.offsets]
-        chosen: dict[int, tuple[int, float]] = {}  # line -> (option, accuracy)
+        chosen: dict[int, tuple[int, list[float]]] = {}  # line -> (option, option probabilities)
         for line, position in answered:
             token = starts.index(int(line_starts[line]) + lines[line].index(". ") + 2)
             ends = request.question_token_ends
@@ -217,19 +219,23 @@ class FakeEngine(EngineBase[FakeTokenizer]):
             if not right:
                 others = [i for i in range(n_options) if i != gold]
                 option = others[int(draws[position - 1, 3] * len(others))]
-            chosen[line] = (option, accuracy)
+            probs = option_probs(n_options, chosen=option, gold=gold, accuracy=accuracy)
+            collapse = self._spec.collapse
+            if collapse is not None and collapse.applies(position):
+                probs = with_prior(probs, collapse.weights(n_options))
+                option = int(np.argmax(probs))
+            chosen[line] = (option, probs)
             lines[line] = f"{position}. {labels[option]}"
         text = "\n".join(lines)
 
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
         offsets = [start for start, _ in encoding.offsets]
         logprobs: list[dict[str, float]] = [{text[s:e].strip(): 0.0} for s, e in encoding.offsets]
-        for line, position in answered:
-            option, accuracy = chosen[line]
+        for line, _ in answered:
+            _, probs = chosen[line]
             digit_at = int(line_starts[line]) + lines[line].index(". ") + 2
             token = offsets.index(digit_at)
-            gold = request.answer_key[position - 1]
-            logprobs[token] = _option_logprobs(labels, chosen=option, gold=gold, accuracy=accuracy)
+            logprobs[token] = {label: math.log(p) for label, p in zip(labels, probs, strict=True) if p > 0}
 
         if len(encoding.ids) > request.max_tokens:  # a real engine stops at the limit mid-sheet
             cut = offsets[request.max_tokens]
@@ -299,11 +305,20 @@ def _normal_of(text: str) -> float:
     return float(ndtri((digest + 0.5) / 2**64))
 
 
-def _option_logprobs(labels: Sequence[str], *, chosen: int, gold: int, accuracy: float) -> dict[str, float]:
-    n = len(labels)
+def option_probs(n_options: int, *, chosen: int, gold: int, accuracy: float) -> list[float]:
+    """The fake's probabilities over the shown options: half a point mass on the option it writes and half
+    a belief giving the gold option the answer's accuracy and the rest equal shares."""
+    n = n_options
     belief = [accuracy if i == gold else (1 - accuracy) / (n - 1) for i in range(n)]
-    probs = [0.5 * (i == chosen) + 0.5 * belief[i] for i in range(n)]
-    return {label: math.log(p) for label, p in zip(labels, probs, strict=True) if p > 0}
+    return [0.5 * (i == chosen) + 0.5 * belief[i] for i in range(n)]
+
+
+def with_prior(probs: Sequence[float], prior: Sequence[float]) -> list[float]:
+    """`probs` times an option prior, renormalised (the observed probabilities of a model with that prior,
+    in PriDe's model: Zheng et al. 2024)."""
+    weighted = [p * q for p, q in zip(probs, prior, strict=True)]
+    total = sum(weighted)
+    return [w / total for w in weighted]
 
 
 def _digest(token_ids: Sequence[int]) -> int:

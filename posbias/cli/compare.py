@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 import posbias
-from posbias.cli.common import ID_MAX, JsonOpt, out, pct, pp, print_json, settings_of
+from posbias.cli.common import ID_MAX, JsonOpt, err, out, pct, pp, print_json, settings_of
 from posbias.cli.errors import BadUsage
 from posbias.schemas import Comparison
 from posbias.schemas.bounds import MAX_BATCH_SIZE
@@ -43,9 +43,11 @@ def compare(
     as_json: JsonOpt = False,
 ) -> None:
     """Difference in accuracy (B - A, among parsed answers) at every position: pointwise 95% interval,
-    simultaneous 95% band, and `*` only where the band excludes zero. Trials of A and B that show the same
-    questions at the same positions are compared paired (with McNemar's exact test per position); the
-    output says how many matched. Two variants of one job answer the same trials, so they pair fully.
+    simultaneous 95% band, and `*` only where the band excludes zero; then blocks of positions (a tenth, a
+    fifth, a half, all) in the same band's family, and the parse rate's changes. Trials of A and B that show
+    the same questions at the same positions are compared paired (with McNemar's exact test per position,
+    Holm-adjusted over positions); the output says how many matched. Two variants of one job answer the
+    same trials, so they pair fully.
 
     Example: posbias compare 3 7 --batch-size 50; posbias compare 3:baseline 3:global-only
     """
@@ -61,7 +63,7 @@ def _print_comparison(c: Comparison) -> None:
     table = Table(title=f"{c.b} minus {c.a} - batch size {c.batch_size}")
     columns = ["position", "A", "B", "B - A", "95% CI (pointwise)", "95% band (simultaneous)", ""]
     if paired:
-        columns.insert(-1, "McNemar p")
+        columns.insert(-1, "McNemar p (Holm)")
     for column in columns:
         table.add_column(column, justify="right")
     for p in c.points:
@@ -74,7 +76,7 @@ def _print_comparison(c: Comparison) -> None:
             f"{pp(p.band_low)} to {pp(p.band_high)}",
         ]
         if paired:
-            row.append("" if p.mcnemar_p is None else f"{p.mcnemar_p:.3g}")
+            row.append("" if p.mcnemar_holm is None else f"{p.mcnemar_holm:.3f}")
         row.append("*" if p.different else "")
         table.add_row(*row)
     out.print(table)
@@ -83,7 +85,38 @@ def _print_comparison(c: Comparison) -> None:
         "partly paired": f"partly paired: {c.matched_trials} of {c.trials_a} and {c.trials_b} trials matched",
         "unpaired": "unpaired: no trials matched",
     }[c.method]
-    out.print(f"{how}; * the simultaneous band excludes zero (different at 95% over all positions)")
+    out.print(
+        f"{how}; * the simultaneous band excludes zero (different at 95% over all positions and blocks)"
+        + ("; McNemar p adjusted over positions (Holm), not used for *" if paired else "")
+    )
+    if c.blocks:
+        blocks = Table(title="blocks of positions (accuracy, same band) and parse rate (its own band)")
+        for column in ["positions", "accuracy B - A", "95% band", "", "parse rate B - A", "95% band", ""]:
+            blocks.add_column(column, justify="right")
+        parse = {(d.first_position, d.last_position): d for d in c.parse}
+        for d in c.blocks:
+            q = parse.get((d.first_position, d.last_position))
+            blocks.add_row(
+                f"{d.first_position}-{d.last_position}",
+                pp(d.diff),
+                f"{pp(d.band_low)} to {pp(d.band_high)}",
+                "*" if d.different else "",
+                pp(q.diff if q else None),
+                f"{pp(q.band_low)} to {pp(q.band_high)}" if q else "-",
+                "*" if q and q.different else "",
+            )
+        out.print(blocks)
+    changed = [d for d in c.parse if d.different and d.first_position == d.last_position]
+    if changed:
+        worst = min(changed, key=lambda d: d.diff or 0.0)
+        out.print(
+            f"parse rate differs at {len(changed)} positions; most at {worst.where}: {pct(worst.a)} -> "
+            f"{pct(worst.b)} ({pp(worst.diff)}, band {pp(worst.band_low)} to {pp(worst.band_high)})"
+        )
+    else:
+        out.print("parse rate: no position differs (simultaneous 95% band)")
     if c.contrast_diff is not None:
-        d = c.contrast_diff
-        out.print(f"change in last minus first: {pp(d.estimate)} (95% CI {pp(d.low)} to {pp(d.high)})")
+        k = c.contrast_diff
+        out.print(f"change in last minus first: {pp(k.estimate)} (95% CI {pp(k.low)} to {pp(k.high)})")
+    if c.warning:
+        err.print(f"warning: {c.warning}")

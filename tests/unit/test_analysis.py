@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posbias.schemas import Curve, FakeSpec, Interval, PosbiasError
+from posbias.schemas import Curve, FakeCollapse, FakeSpec, Interval, PosbiasError
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import comparison, verdicts
+from posbias.service import comparison, options, verdicts
 from posbias.service.bootstrap import single
 from posbias.service.intervals import clustered_interval, points, wilson_interval
 from posbias.service.position_curve import build_curve, distance_curve
 from posbias.service.regression import position_regression
 from posbias.service.shape_test import shape_test
 from posbias.service.trial_data import DistanceRow, ResultRow, TrialData, TrialRow
-from posbias.workers.fake_engine import latent_correct
+from posbias.workers.fake_engine import latent_correct, option_probs, with_prior
 
 
 @pytest.mark.parametrize(
@@ -368,3 +368,131 @@ def test_the_fake_marginal_accuracy_is_its_curve_whatever_the_effects() -> None:
         prompt_effect=0.3,
     )
     assert draws.mean() == pytest.approx(0.2, abs=0.005)
+
+
+# --- possible intervals, compare's family, parse collapses, options by position ---------------------------
+
+
+def _tiny(rng: np.random.Generator, *, trials: int, n: int, accuracy: float) -> TrialData:
+    correct = rng.random((trials, n)) < accuracy
+    return TrialData.from_arrays(correct, keys=[(f"t{t}",) for t in range(trials)])
+
+
+def test_intervals_at_four_trials_stay_possible_and_say_they_are_rough() -> None:
+    """At the demo's 4 iterations, every interval is inside what its statistic can be, by construction."""
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        a = _tiny(rng, trials=4, n=5, accuracy=0.5)
+        b = _tiny(rng, trials=4, n=5, accuracy=0.3)
+        curve = build_curve(a, model="m", resamples=400, permutations=20)
+        assert curve.note is not None and "only 4 trials: too few" in curve.note
+        for k in (curve.contrast, curve.position_effect):
+            if k is not None and k.low is not None and k.high is not None:
+                assert -1 <= k.low <= k.high <= 1
+        if curve.first_last_ratio is not None and curve.first_last_ratio.low is not None:
+            assert curve.first_last_ratio.low >= 0
+        found = comparison.compare(a, b, labels=("a", "b"), resamples=400)
+        assert found.warning is not None and "only 4 trials" in found.warning
+        bounds = [(p.ci_low, p.ci_high) for p in found.points] + [
+            (p.band_low, p.band_high) for p in found.points
+        ]
+        bounds += [(d.band_low, d.band_high) for d in (*found.blocks, *found.parse)]
+        for low, high in bounds:
+            assert low is not None and high is not None and -1 <= low <= high <= 1
+        assert found.contrast_diff is not None and found.contrast_diff.low is not None
+        assert -2 <= found.contrast_diff.low <= found.contrast_diff.high <= 2  # type: ignore[operator]
+
+
+def test_compare_marks_a_drop_spread_over_a_block_and_holm_never_lowers_a_p_value() -> None:
+    """A 10-point drop at positions 1-10 of N = 50, 100 matched trials (benchmarks/compare_power.py:
+    caught in 100% of 200 runs): marked on a block; McNemar's adjusted p-values are at least the pointwise."""
+    rng = np.random.default_rng(3)
+    truth = np.linspace(0.3, 0.6, 50)
+    lowered = truth.copy()
+    lowered[:10] -= 0.10
+    questions = np.array([rng.choice(2000, 50, replace=False) for _ in range(100)])
+    difficulty = rng.standard_normal(2000)[questions]
+    prompts = rng.standard_normal(100)[:, None]
+    keys = [tuple(map(str, row)) for row in questions]
+
+    def job(acc: np.ndarray) -> TrialData:
+        correct = latent_correct(
+            np.broadcast_to(acc, questions.shape),
+            question=difficulty,
+            prompt=prompts,
+            noise=rng.standard_normal(questions.shape),
+            question_effect=0.3,
+            prompt_effect=0.1,
+        )
+        return TrialData.from_arrays(correct, questions=questions, keys=keys)
+
+    found = comparison.compare(job(truth), job(lowered), labels=("a", "b"))
+    marked = [d.where for d in found.blocks if d.different]
+    assert marked and all(d.diff is not None and d.diff < 0 for d in found.blocks if d.different)
+    assert any(w in ("positions 1-5", "positions 6-10", "positions 1-10") for w in marked), marked
+    for p in found.points:
+        assert p.mcnemar_p is not None and p.mcnemar_holm is not None and p.mcnemar_holm >= p.mcnemar_p
+
+
+def test_a_parse_collapse_at_the_end_of_the_sheet_is_flagged_and_named() -> None:
+    """Parse rate 100% -> 9% at positions 41-50 of N = 50: those positions have too few parsed answers for
+    the accuracy check, and the parse check still sees them."""
+    rng = np.random.default_rng(1)
+    keys = [(f"t{t}",) for t in range(100)]
+    base = TrialData.from_arrays(rng.random((100, 50)) < 0.5, keys=keys)
+    parsed = np.ones((100, 50))
+    parsed[:, 40:] = rng.random((100, 10)) < 0.09
+    cand = TrialData.from_arrays(rng.random((100, 50)) < 0.5, parsed=parsed, keys=keys)
+    judged = verdicts.judge(base, cand, rule=RegressionRule(max_drop=5), alpha=0.05 / 2, resamples=500)
+    assert judged.parse_flagged and judged.parse_drop is not None
+    assert judged.parse_drop.first_position > 40 and judged.parse_drop.diff < -0.8
+    assert judged.note is not None and "accuracy not judged at positions 41-50" in judged.note
+
+
+def _options_data(probs: np.ndarray, gold: np.ndarray) -> options.OptionData:
+    return options.OptionData(
+        batch_size=gold.shape[1],
+        gold=gold,
+        predicted=probs.argmax(axis=2),
+        probs=probs,
+        shuffled=np.ones(gold.shape[0], dtype=bool),
+        cluster=np.arange(gold.shape[0]),
+    )
+
+
+def test_options_by_position_reads_a_collapse_a_guess_and_confident_wrong_answers() -> None:
+    """Positions 1-3 behind a prior on option 4 (the fake engine's collapse: belief times prior), 4-5
+    spread evenly (a guess), 6 sure of a wrong option, 7-8 answering well. The prior removed (PriDe), the
+    collapsed positions' accuracy is the belief's again."""
+    rng = np.random.default_rng(0)
+    trials, n, k = 200, 8, 4
+    gold = rng.integers(0, k, size=(trials, n))
+    collapse = FakeCollapse(option=4, positions=(1, 3))
+    probs = np.empty((trials, n, k))
+    for t in range(trials):
+        for j in range(n):
+            right = rng.random() < 0.7
+            chosen = int(gold[t, j]) if right else int((gold[t, j] + rng.integers(1, k)) % k)
+            p = option_probs(k, chosen=chosen, gold=int(gold[t, j]), accuracy=0.7)
+            if collapse.applies(j + 1):
+                p = with_prior(p, collapse.weights(k))
+            elif j in (3, 4):
+                p = list(rng.dirichlet(np.full(k, 50.0)))
+            elif j == 5:
+                wrong = int((gold[t, j] + rng.integers(1, k)) % k)
+                p = [0.9 if i == wrong else 0.1 / 3 for i in range(k)]
+            probs[t, j] = p
+    view = options.view(_options_data(probs, gold), model="m", resamples=300)
+    assert view.readings == (
+        "positions 1-3: a collapse onto option 4",
+        "positions 4-5: a guess",
+        "position 6: confident and wrong",
+    )
+    for point in view.points[:3]:
+        assert point.predicted_share[3] > 0.95 and point.accuracy is not None and point.accuracy < 0.4
+        d = point.debiased_accuracy
+        assert d is not None and d.low is not None and d.high is not None and d.low <= 0.7 <= d.high
+        assert d.low >= 0 and d.high <= 1
+        assert point.prior is not None and point.prior[3] > 0.8
+    assert view.points[3].entropy is not None and view.points[3].entropy > 1.9  # bits, of 2
+    assert view.points[5].confidence == pytest.approx(0.9)
