@@ -7,13 +7,16 @@ what the webhook receives, so each field says what it means.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
 from posbias.schemas.curve import Interval
-from posbias.schemas.record import Record
+from posbias.schemas.record import Record, records_frame
 from posbias.schemas.variant import BASELINE
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class ScheduleSource(StrEnum):
@@ -217,3 +220,9 @@ class VerdictDetail(Record):
     rule: RegressionRule | None = Field(None, description="The rule applied.")
     comparisons: int = Field(0, description="Checks the confidence was split over (Bonferroni divisor).")
     batch_sizes: tuple[BatchSizeVerdict, ...] = Field((), description="The checks, per batch size.")
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per batch size's checks (`BatchSizeVerdict`, the worst drop as `worst_drop_*` columns),
+        with the schedule, checkpoint and verdict as columns."""
+        same = {"schedule": self.schedule, "checkpoint": self.checkpoint, "verdict": self.verdict.value}
+        return records_frame(self.batch_sizes, same=same)

@@ -1,4 +1,11 @@
-"""Exporting a job's results to a file: every result row with its trial's coordinates, as CSV or Parquet.
+"""Exporting a job's results to a file: every result row with its trial's coordinates and the job's model,
+variant, design and filler, as CSV or Parquet; the same rows (and one row per trial) as Arrow tables for
+`posbias.results` and `posbias.trials`.
+
+Every export has one schema whatever the job: the columns of `RESULT_COLUMNS`, in that order, with those
+Arrow types (a column a job has no value for is null, never a column of another type), so the Parquet files
+of different jobs read as one table (`pandas.read_parquet(folder)`, DuckDB's `read_parquet('dir/*.parquet')`)
+with no options.
 
 Where the rows go decides how they are written. A new path, or an existing regular file (only with
 `overwrite`), gets a temporary file beside it that is renamed over it once complete, so a reader never sees
@@ -19,13 +26,103 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
-from posbias.schemas import ConflictError, ExportSummary, PosbiasError
-from posbias.service import queries
+from sqlalchemy import case, func, select
+
+from posbias.schemas import ConflictError, ExportSummary, JobSpec, ParseStatus, PosbiasError
+from posbias.service import queries, tables
 from posbias.service.database import Database
+from posbias.service.job_status import not_found
+from posbias.service.shards import load_spec
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 FORMATS = ("csv", "parquet")
+_BATCH = 50_000
+"""Rows per Parquet row group written (bounds the memory an export of millions of results holds)."""
+
+_INT, _TEXT, _BOOL, _FLOAT = "int64", "string", "bool", "float64"
+_INTS, _FLOATS, _TEXTS = "list<int64>", "list<float64>", "list<string>"
+
+_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("model", _TEXT),
+    ("revision", _TEXT),
+    ("design", _TEXT),
+    ("answer_order_kind", _TEXT),
+    ("filler_where", _TEXT),
+    ("filler_position", _INT),
+)
+"""The job's settings every row repeats: model as submitted, design, answer order (forward, reverse,
+random), where its filler goes (null without filler) and after which question (`where: after`)."""
+
+_EXPORT_TYPES: dict[str, str] = {
+    "job_id": _INT,
+    "variant": _TEXT,
+    "trial_id": _INT,
+    "trial_index": _INT,
+    "batch_size": _INT,
+    "iteration": _INT,
+    "rotation": _INT,
+    "answer_order": _INTS,
+    "probe_position": _INT,
+    "filler_tokens": _INT,
+    "filler_token_start": _INT,
+    "filler_token_end": _INT,
+    "position": _INT,
+    "answer_slot": _INT,
+    "question_id": _TEXT,
+    "subject": _TEXT,
+    "gold": _INT,
+    "predicted": _INT,
+    "correct": _BOOL,
+    "parse_status": _TEXT,
+    "prompt_tokens": _INT,
+    "question_token_start": _INT,
+    "question_token_end": _INT,
+    "answer_token_index": _INT,
+    "token_distance": _INT,
+    "in_window": _BOOL,
+    "visible_layers": _INT,
+    "gold_prob": _FLOAT,
+    "option_probs": _FLOATS,
+}
+
+RESULT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job_id", _INT),
+    *_JOB_COLUMNS,
+    *((name, _EXPORT_TYPES[name]) for name in queries.EXPORT_COLUMNS if name != "job_id"),
+)
+"""Every result export's columns and their Arrow types, in order: one row per answer."""
+
+TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job_id", _INT),
+    *_JOB_COLUMNS,
+    ("variant", _TEXT),
+    ("trial_id", _INT),
+    ("trial_index", _INT),
+    ("batch_size", _INT),
+    ("iteration", _INT),
+    ("rotation", _INT),
+    ("answer_order", _INTS),
+    ("probe_position", _INT),
+    ("filler_tokens", _INT),
+    ("filler_token_start", _INT),
+    ("filler_token_end", _INT),
+    ("question_ids", _TEXTS),
+    ("status", _TEXT),
+    ("skip_reason", _TEXT),
+    ("prompt_tokens", _INT),
+    ("output_tokens", _INT),
+    ("output_text", _TEXT),
+    ("answers", _INT),
+    ("parsed", _INT),
+    ("correct", _INT),
+)
+"""`posbias.trials`'s columns: one row per trial, its raw output and how many of its answers were stored,
+parsed and correct."""
 
 
 class OutputExists(ConflictError):
@@ -92,9 +189,13 @@ def export_results(
     fmt = export_format(path, format)
     where = target(path, overwrite=overwrite)
     rows = queries.export_results(db, job_id)
+    settings = _job_values(db, job_id)
     try:
         with _opened(where) as handle:
-            written = _write_csv(rows, handle) if fmt == "csv" else _write_parquet(rows, handle)
+            if fmt == "csv":
+                written = _write_csv(rows, handle, job=settings)
+            else:
+                written = _write_parquet(rows, handle, job=settings)
     finally:
         close = getattr(rows, "close", None)
         if close is not None:
@@ -127,14 +228,17 @@ def _umask() -> int:
     return mask
 
 
-def _write_csv(rows: Iterator[queries.ExportRow], handle: IO[bytes]) -> int:
+def _write_csv(rows: Iterator[queries.ExportRow], handle: IO[bytes], *, job: dict[str, Any]) -> int:
     count = 0
     text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
     try:
         writer = csv.writer(text)
-        writer.writerow(queries.EXPORT_COLUMNS)
+        writer.writerow([name for name, _ in RESULT_COLUMNS])
         for row in rows:
-            writer.writerow([json.dumps(v) if isinstance(v, list) else ("" if v is None else v) for v in row])
+            values = _result_values(row, job=job)
+            writer.writerow(
+                [json.dumps(v) if isinstance(v, list) else ("" if v is None else v) for v in values]
+            )
             count += 1
         text.flush()
     finally:
@@ -142,12 +246,161 @@ def _write_csv(rows: Iterator[queries.ExportRow], handle: IO[bytes]) -> int:
     return count
 
 
-def _write_parquet(rows: Iterator[queries.ExportRow], handle: IO[bytes]) -> int:
-    import pyarrow as pa
+def _write_parquet(rows: Iterator[queries.ExportRow], handle: IO[bytes], *, job: dict[str, Any]) -> int:
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist([row._asdict() for row in rows])
-    if table.num_rows == 0:
-        table = pa.Table.from_pylist([], schema=pa.schema([(c, pa.null()) for c in queries.EXPORT_COLUMNS]))
-    pq.write_table(table, handle)
-    return int(table.num_rows)
+    schema = arrow_schema(RESULT_COLUMNS)
+    count = 0
+    with pq.ParquetWriter(handle, schema) as writer:
+        batch: list[list[Any]] = []
+        for row in rows:
+            batch.append(_result_values(row, job=job))
+            if len(batch) >= _BATCH:
+                writer.write_table(_table(batch, schema))
+                count += len(batch)
+                batch = []
+        if batch or count == 0:
+            writer.write_table(_table(batch, schema))
+            count += len(batch)
+    return count
+
+
+def arrow_schema(columns: tuple[tuple[str, str], ...]) -> pa.Schema:
+    """The Arrow schema of `RESULT_COLUMNS` or `TRIAL_COLUMNS`."""
+    import pyarrow as pa
+
+    types = {
+        _INT: pa.int64(),
+        _TEXT: pa.string(),
+        _BOOL: pa.bool_(),
+        _FLOAT: pa.float64(),
+        _INTS: pa.list_(pa.int64()),
+        _FLOATS: pa.list_(pa.float64()),
+        _TEXTS: pa.list_(pa.string()),
+    }
+    return pa.schema([(name, types[kind]) for name, kind in columns])
+
+
+def _table(rows: list[list[Any]], schema: pa.Schema) -> pa.Table:
+    import pyarrow as pa
+
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.names]
+    return pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
+def _job_values(db: Database, job_id: int) -> dict[str, Any]:
+    """The job's model and design settings as `_JOB_COLUMNS` has them; `NotFoundError` without the job."""
+    with db.read() as session:
+        found = session.execute(
+            select(tables.Job.model, tables.Job.spec).where(tables.Job.id == job_id)
+        ).first()
+    if found is None:
+        raise not_found(job_id)
+    return job_columns(load_spec(found.spec), model=found.model)
+
+
+def job_columns(spec: JobSpec, *, model: str) -> dict[str, Any]:
+    """`_JOB_COLUMNS`' values for a job of `spec` whose model is stored as `model`."""
+    filler = spec.filler
+    return {
+        "model": model,
+        "revision": spec.revision,
+        "design": spec.design.value,
+        "answer_order_kind": spec.answer_order.value,
+        "filler_where": None if filler is None else filler.where.value,
+        "filler_position": None if filler is None else filler.position,
+    }
+
+
+def _result_values(row: queries.ExportRow, *, job: dict[str, Any]) -> list[Any]:
+    values = row._asdict()
+    values.update(job)
+    return [values[name] for name, _ in RESULT_COLUMNS]
+
+
+def results_table(
+    db: Database, job_id: int, *, variant: str | None = None, batch_size: int | None = None
+) -> pa.Table:
+    """Every result of `job_id` (of one variant, of one batch size) as an Arrow table of
+    `RESULT_COLUMNS`. `NotFoundError` when there is no such job."""
+    job = _job_values(db, job_id)
+    rows = queries.export_results(db, job_id)
+    kept = [
+        _result_values(row, job=job)
+        for row in rows
+        if (variant is None or row.variant == variant)
+        and (batch_size is None or row.batch_size == batch_size)
+    ]
+    return _table(kept, arrow_schema(RESULT_COLUMNS))
+
+
+def trials_table(
+    db: Database, job_id: int, *, variant: str | None = None, batch_size: int | None = None
+) -> pa.Table:
+    """Every trial of `job_id` (of one variant, of one batch size) as an Arrow table of `TRIAL_COLUMNS`,
+    in trial order. `NotFoundError` when there is no such job."""
+    job = _job_values(db, job_id)
+    t, r = tables.Trial, tables.Result
+    counts = (
+        select(
+            r.trial_id,
+            func.count().label("answers"),
+            func.sum(case((r.parse_status == ParseStatus.ok, 1), else_=0)).label("parsed"),
+            func.sum(case((r.correct, 1), else_=0)).label("correct"),
+        )
+        .where(r.job_id == job_id)
+        .group_by(r.trial_id)
+        .subquery()
+    )
+    query = (
+        select(t, counts.c.answers, counts.c.parsed, counts.c.correct)
+        .outerjoin(counts, counts.c.trial_id == t.id)
+        .where(t.job_id == job_id)
+        .order_by(t.index)
+    )
+    if variant is not None:
+        query = query.where(t.variant == variant)
+    if batch_size is not None:
+        query = query.where(t.batch_size == batch_size)
+    rows: list[list[Any]] = []
+    with db.read() as session:
+        for trial, answers, parsed, correct in session.execute(query):
+            values = {
+                **job,
+                "job_id": job_id,
+                "variant": trial.variant,
+                "trial_id": trial.id,
+                "trial_index": trial.index,
+                "batch_size": trial.batch_size,
+                "iteration": trial.iteration,
+                "rotation": trial.rotation,
+                "answer_order": trial.answer_order,
+                "probe_position": trial.probe_position,
+                "filler_tokens": trial.filler_tokens,
+                "filler_token_start": trial.filler_token_start,
+                "filler_token_end": trial.filler_token_end,
+                "question_ids": trial.question_ids,
+                "status": trial.status.value,
+                "skip_reason": trial.skip_reason,
+                "prompt_tokens": trial.prompt_tokens,
+                "output_tokens": trial.output_tokens,
+                "output_text": trial.output_text,
+                "answers": int(answers or 0),
+                "parsed": int(parsed or 0),
+                "correct": int(correct or 0),
+            }
+            rows.append([values[name] for name, _ in TRIAL_COLUMNS])
+    return _table(rows, arrow_schema(TRIAL_COLUMNS))
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """`table` as a DataFrame whose types do not depend on the values: integers `Int64` and booleans
+    `boolean` (missing values stay missing, never a float column), texts `string`, lists as arrays."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype(), pa.string(): pd.StringDtype()}
+    frame: pd.DataFrame = table.to_pandas(types_mapper=mapping.get)
+    return frame

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import posbias
@@ -22,7 +23,7 @@ from posbias.cli.common import (
     settings_of,
 )
 from posbias.cli.errors import BadUsage
-from posbias.schemas import BASELINE, Curve, CurveAxis, CurveQuery
+from posbias.schemas import BASELINE, Curve, CurveAxis, CurveQuery, PosbiasError
 
 RevisionOpt = Annotated[str | None, typer.Option(help="Model revision on the hub.")]
 
@@ -53,19 +54,33 @@ def curve(
     ] = CurveAxis.position,
     bin_width: Annotated[int, typer.Option(help="Token-distance bin width.", min=1, max=10_000_000)] = 256,
     output_format: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (the same as --format json).")] = False,
     plot: Annotated[
-        Path | None, typer.Option(help="Also write a PNG: one line per batch size (and variant, overlaid).")
+        Path | None,
+        typer.Option(
+            help="Also write a plot (.png, .pdf or .svg): one line per batch size, filler length and variant "
+            "(overlaid, a colour each)."
+        ),
     ] = None,
     band: Annotated[
-        bool, typer.Option("--band", help="Also show the simultaneous 95% band over all positions.")
+        bool,
+        typer.Option(
+            "--band", help="Also show the simultaneous 95% band over all positions (table and plot)."
+        ),
     ] = False,
     heatmap: Annotated[
         Path | None,
         typer.Option(
-            help="Also write a PNG heatmap of accuracy by filler length x position (a filler sweep's grid), "
-            "one panel per batch size."
+            help="Also write a heatmap (.png, .pdf or .svg) of accuracy by filler length x position (a "
+            "filler sweep's grid), one panel per batch size."
         ),
     ] = None,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="accuracy, or attention (hf jobs: attention on the answered question, per layer kind)."
+        ),
+    ] = "accuracy",
 ) -> None:
     """Accuracy by position: per point n, accuracy among parsed answers with its pointwise 95% interval,
     parse rate, accuracy with failed parses counted as wrong (strict), mean p(gold); per curve the
@@ -80,12 +95,41 @@ def curve(
     """
     if output_format not in {"table", "csv", "json"}:
         raise BadUsage(f"--format must be table, csv or json (got {output_format!r})")
+    if as_json:
+        if output_format not in {"table", "json"}:
+            raise BadUsage(f"--json and --format {output_format} ask for two formats: give one")
+        output_format = "json"
     if job is None and model is None:
         raise BadUsage("name a model (--model) or a job (--job)")
+    for path, flag in ((plot, "--plot"), (heatmap, "--heatmap")):
+        if path is not None:
+            try:
+                posbias.plot_format(path)  # before any work
+            except PosbiasError as exc:
+                raise BadUsage(f"{flag}: {exc}") from None
+    if metric == "attention":
+        from posbias.cli.attention_view import attention_command
+
+        target = job if job is not None else model
+        attention_command(
+            ctx,
+            target,
+            batch_size=batch_size,
+            variant=variant,
+            by=by,
+            bin_width=bin_width,
+            output_format=output_format,
+            plot=plot,
+        )
+        return
     query = CurveQuery(model=model, revision=revision, batch_size=batch_size, job_id=job, variant=variant)
     curves = posbias.curves(query, settings=settings_of(ctx), by=by, bin_width=bin_width)
     if plot is not None:
-        posbias.plot_curves(curves, path=plot)
+        chance = None
+        if curves and all(c.chance is None for c in curves):  # by token distance: the positions' chance
+            found = posbias.curves(query, settings=settings_of(ctx))
+            chance = next((c.chance for c in found if c.chance is not None), None)
+        posbias.plot_curves(curves, path=plot, band=band, chance=chance)
     if heatmap is not None:
         # The heatmap is drawn from the curves by position, whichever axis the table shows.
         grid = curves if by is CurveAxis.position else posbias.curves(query, settings=settings_of(ctx))
@@ -159,7 +203,8 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
     variant = f" [{c.variant}]" if c.variant != BASELINE else ""
     filler = f", {c.filler_tokens:,} filler tokens" if c.filler_tokens else ""
     name = f"{c.model}{'@' + c.revision if c.revision else ''}{variant}"
-    table = Table(title=f"{name} - batch size {c.batch_size}{filler} (jobs {jobs})")
+    # Titles are Rich markup: `[global-only]` would be read as a style and vanish.
+    table = Table(title=escape(f"{name} - batch size {c.batch_size}{filler} (jobs {jobs})"))
     columns = [axis, "n", "accuracy", "95% CI (pointwise)"]
     if band:
         columns.append("95% band (simultaneous)")

@@ -29,7 +29,9 @@ def export(
     ] = (None),
     force: Annotated[bool, typer.Option("--force", help="Replace --out if it is an existing file.")] = False,
 ) -> None:
-    """Write every result row of a job (trial, position, gold, predicted, tokens, probabilities).
+    """Write every result row of a job (its model, variant, design and filler; trial id, position, gold,
+    predicted, tokens, probabilities). Every export has the same columns and types, so the Parquet files of
+    several jobs read as one table (DuckDB: SELECT * FROM read_parquet('exports/*.parquet')).
 
     The file appears complete or not at all (it is written beside --out, then renamed); an existing file is
     replaced only with --force.
