@@ -17,6 +17,16 @@ if ! command -v pg_config >/dev/null || [ ! -x "$(pg_config --bindir)/initdb" ];
     fi
 fi
 
+# The report and viewer tests drive a real headless browser: Debian's Chromium and its ChromeDriver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    else
+        echo "Chromium and ChromeDriver are missing: install them (e.g. apt-get install chromium chromium-driver)" >&2
+        exit 1
+    fi
+fi
+
 # PostgreSQL refuses to run as root: under root the tests run the server as the `postgres` system user.
 if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
     useradd --system --no-create-home postgres
