@@ -5,9 +5,12 @@ The cases are the suite's (tests/support/fuzzcases.py: spec files and their fiel
 URLs and foreign stores, settings and `.env` files, datasets, exports, schedules, Ray addresses), drawn from
 a seed, against a SQLite store and a throwaway PostgreSQL server (loopback only). Most run in this process
 through the command's real entry point and error mapping (`posbias.cli.app.run`); `--subprocess`
-of them, and every case that must be a process of its own (Ray), run as the `posbias` command. It prints,
-per template and in all: cases, tracebacks, multi-line errors, hangs, wrong exit codes, internal errors and
-changed stores, then each problem found. Exit code 1 when any.
+of them, and every case that must be a process of its own (Ray), run as the `posbias` command. Every case
+run in this process that the Python API can be asked too (`Case.api`) is asked of it after the command: it
+must raise a posbias error with the command's line (a `UsageError` where the command's flags refuse it). It
+prints, per template and in all: cases, tracebacks, multi-line errors, hangs, wrong exit codes, internal
+errors, changed stores and folders, API calls and the API's problems, then each problem found. Exit code 1
+when any.
 
     python benchmarks/fuzz.py                      # 3,000 cases per store, 150 of them as processes
     python benchmarks/fuzz.py --cases 200 --subprocess 10 --dialects sqlite   # a quick look
@@ -41,6 +44,8 @@ COLUMNS = (
     "internal",
     "store changed",
     "folder changed",
+    "api calls",
+    "api problems",
 )
 
 
@@ -51,6 +56,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=18)
     parser.add_argument("--dialects", default="sqlite,postgresql", help="Stores to run against.")
     parser.add_argument("--mmlu-dir", type=Path, default=REPO.parent / "shared" / "data" / "mmlu")
+    parser.add_argument("--no-api", action="store_true", help="Do not ask the Python API the cases.")
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -78,6 +84,7 @@ def main() -> int:
                 silent_port=silent,
                 postgres_port=port,
                 foreign_postgres_url=foreign,
+                store_sql=fuzzcases.store_sql(args.mmlu_dir),
             )
             cases = list(islice(fuzzcases.generate(args.seed, context), args.cases))
             every = max(1, len(cases) // max(args.subprocess, 1)) if args.subprocess else 0
@@ -99,6 +106,19 @@ def main() -> int:
                 tally["processes"] += bool(as_process)
                 if found:
                     problems.append(f"{dialect}: {outcome.report()}")
+                elif case.api is not None and not as_process and not args.no_api:
+                    asked = fuzzcases.run_api(
+                        case,
+                        context,
+                        folder=folder,
+                        cache_dir=root / "cache",
+                        mmlu_dir=args.mmlu_dir,
+                        cli=outcome,
+                    )
+                    tally["api calls"] += 1
+                    tally["api problems"] += bool(asked.problems)
+                    if asked.problems:
+                        problems.append(f"{dialect}: api: {asked.report()}")
                 slowest.append((outcome.seconds, f"{dialect}: {case.describe()}"))
             done = sum(tally["cases"] for (store, _), tally in counts.items() if store == dialect)
             print(f"{dialect}: {done:,} cases in {time.monotonic() - started:.0f} s", flush=True)

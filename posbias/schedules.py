@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posbias import edge
 from posbias.api import _settings, _store
 from posbias.schemas.schedule import RegressionRule
 from posbias.service import schedule_report as reports
 from posbias.service import scheduler, schedules
-from posbias.service.checkpoints import Source
+from posbias.service.checkpoints import FolderSource, HubSource, Source
 from posbias.service.schedule_report import ScheduleReport
 from posbias.service.scheduler import TickReport
 from posbias.service.schedules import CheckpointRecord, ScheduleRecord
@@ -46,6 +47,7 @@ class ScheduleState:
     checkpoints: list[CheckpointRecord]
 
 
+@edge.public
 def add_schedule(
     name: str,
     *,
@@ -62,6 +64,11 @@ def add_schedule(
     `ScheduleSpecError` when the template or the baseline cannot be used as given (checked before the store
     is opened); `PosbiasError` naming the fix when the name, the source, the dataset or the baseline job
     will not do; `ConflictError` when the name is taken."""
+    name = edge.text(name, what="schedule name")
+    edge.typed(spec, str | Path | Mapping, what="spec", kind="a mapping, a spec file's path or inline JSON")
+    edge.typed(source, FolderSource | HubSource, what="source", kind="a FolderSource or a HubSource")
+    edge.typed(rule, RegressionRule, what="rule", kind="a RegressionRule")
+    baseline = edge.text(baseline, what="baseline")
     settings = _settings(settings)
     template = schedules.checked_template(spec, baseline=baseline)
     with _store(settings) as db:
@@ -70,6 +77,7 @@ def add_schedule(
         )
 
 
+@edge.public
 def list_schedules(*, settings: Settings | None = None) -> list[ScheduleState]:
     """Every schedule, by name, with its checkpoints."""
     with _store(_settings(settings)) as db:
@@ -79,47 +87,59 @@ def list_schedules(*, settings: Settings | None = None) -> list[ScheduleState]:
         ]
 
 
+@edge.public
 def schedule(name: str, *, settings: Settings | None = None) -> ScheduleState:
     """One schedule with its checkpoints. `NotFoundError` when there is none."""
+    name = edge.text(name, what="schedule name")
     with _store(_settings(settings)) as db:
         record = schedules.get_schedule(db, name)
         return ScheduleState(schedule=record, checkpoints=schedules.list_checkpoints(db, name))
 
 
+@edge.public
 def remove_schedule(name: str, *, settings: Settings | None = None) -> int:
     """Delete a schedule and its checkpoint records; the jobs it submitted and their results stay. Returns
     how many checkpoint records were deleted."""
+    name = edge.text(name, what="schedule name")
     with _store(_settings(settings)) as db:
         return schedules.remove_schedule(db, name)
 
 
+@edge.public
 def pause_schedule(name: str, *, settings: Settings | None = None) -> ScheduleRecord:
     """Stop picking up new checkpoints; jobs already submitted still get their verdicts."""
+    name = edge.text(name, what="schedule name")
     with _store(_settings(settings)) as db:
         return schedules.set_paused(db, name, paused=True)
 
 
+@edge.public
 def resume_schedule(name: str, *, settings: Settings | None = None) -> ScheduleRecord:
     """Pick up new checkpoints again; the next tick catches up on any that appeared meanwhile."""
+    name = edge.text(name, what="schedule name")
     with _store(_settings(settings)) as db:
         return schedules.set_paused(db, name, paused=False)
 
 
+@edge.public
 def tick_schedules(name: str | None = None, *, settings: Settings | None = None) -> TickReport:
     """One round for schedule `name` (default: every schedule): find new checkpoints, submit their jobs,
     judge finished ones against their baselines, post new verdicts to `settings.webhook_url`. Runs no job
     itself, and is safe to run from cron, even twice at once. `report.regressions` names the schedules
     whose newest compared checkpoint is a regression (what a CI gate fails on)."""
+    name = None if name is None else edge.text(name, what="schedule name")
     settings = _settings(settings)
     with _store(settings) as db:
         return scheduler.tick(db, settings=settings, name=name)
 
 
+@edge.public
 def schedule_report(
     name: str, *, batch_size: int | None = None, settings: Settings | None = None
 ) -> ScheduleReport:
     """Every checkpoint in order with its verdict, first and last accuracy, last minus first and the worst
     drop of its verdict, at `batch_size` (default: the template's largest); `report.plot(path)` draws the
     finished checkpoints' curves."""
+    name, batch_size = edge.text(name, what="schedule name"), edge.batch_size(batch_size)
     with _store(_settings(settings)) as db:
         return reports.schedule_report(db, name, batch_size=batch_size)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from posbias import edge
 from posbias.api import _settings
 from posbias.schemas import PosbiasError, one_line
 from posbias.service import database_url, migrate, schema_version, store_errors
@@ -41,25 +42,31 @@ class StoreVersion:
         return self.current == self.head
 
 
+@edge.public
 def upgrade_store(
     revision: str = "head", *, settings: Settings | None = None, force: bool = False
 ) -> StoreVersion:
     """Apply migrations up to `revision`, creating the store if it does not exist. A database that holds
     another application's tables and no posbias schema is refused unless `force`. `RevisionError` for a
     revision Alembic does not know."""
+    revision = edge.text(revision, what="revision")
+    force = edge.typed(force, bool, what="force", kind="True or False")
     url = _settings(settings).database_url
     migrate.upgrade(url, revision, force=force)
     return _version(url)
 
 
+@edge.public
 def downgrade_store(revision: str, *, settings: Settings | None = None) -> StoreVersion:
     """Revert migrations down to `revision` (e.g. `-1`; `base` removes every table, and the results with
     them). `RevisionError` for a revision Alembic does not know."""
+    revision = edge.text(revision, what="revision")
     url = _settings(settings).database_url
     migrate.downgrade(url, revision)
     return _version(url)
 
 
+@edge.public
 def store_version(
     *,
     settings: Settings | None = None,
@@ -70,6 +77,7 @@ def store_version(
     for the store to reach the newest (another process migrating it, e.g. the migration Job), looking every
     `WAIT_POLL_S` seconds and calling `on_waiting` with a line that says why it is not ready yet;
     `PosbiasError` when it does not get there in time."""
+    wait = None if wait is None else edge.seconds(wait, what="wait")
     url = _settings(settings).database_url
     head = schema_version.head()
     if wait is not None:

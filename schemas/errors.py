@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class PosbiasError(Exception):
     """A problem with the user's input or environment, with a message that names the fix.
@@ -11,8 +13,18 @@ class PosbiasError(Exception):
     """
 
 
+class UsageError(PosbiasError):
+    """An argument or input the caller must change before anything is tried (the command's exit code 2):
+    a value out of range, of the wrong type, or a revision that does not exist."""
+
+
 class NotFoundError(PosbiasError):
     """A job, shard, model or schedule that the user named does not exist."""
+
+
+class ModelNotCheckedWarning(UserWarning):
+    """Submit could not tell whether the model exists (no hub to ask, not in the local cache): the job goes
+    on, and its workers will find out."""
 
 
 class ConflictError(PosbiasError):
@@ -63,3 +75,22 @@ def _message(exc: BaseException) -> str:
         except (IndexError, KeyError, TypeError):
             pass
     return str(exc)
+
+
+def foreign_problem(exc: BaseException) -> str | None:
+    """What a failure that is not posbias's own but is no bug either means, on one line that names the fix:
+    an `OSError` (a full disk, a permission, a missing file), input nested too deeply to read, or no memory
+    left. None for anything else. The API raises these as `PosbiasError`s and the command prints them, so
+    both say the same."""
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno == errno.ENOSPC:
+            return f"no space left on the device{where}: free some space and run the command again"
+        if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
+            return f"{exc.strerror}{where}: check its permissions, or choose another path"
+        return f"{exc.strerror or one_line(exc, typed=True)}{where}"
+    if isinstance(exc, RecursionError):
+        return "the input nests too deeply to be read (rerun with --debug to see where)"
+    if isinstance(exc, MemoryError):
+        return "out of memory: the input or the job is too large for this machine"
+    return None

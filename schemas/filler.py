@@ -51,7 +51,8 @@ class FillerSpec(Record):
     source: str = Field(
         BUILTIN_FILLER,
         description="`builtin` (plain, repetitive, content-free sentences written for posbias) or a UTF-8 "
-        "text file, read at submit and stored with the job (`text`). Each prompt's filler starts at a "
+        "text file, read at submit and stored with the job (`text`); a relative path in a spec file is read "
+        "from the spec file's folder. Each prompt's filler starts at a "
         "sentence drawn from the job's seed, the same at every length of one sampled set.",
     )
     text: str | None = Field(

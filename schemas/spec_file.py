@@ -4,6 +4,7 @@ report on it turned into one line that names the field to fix."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ def read_spec_file(path: str | Path, *, what: str = "spec file") -> dict[str, An
     UTF-8; YAML is read by the rules of YAML 1.2 (`1:30` is text, not 90; only `true`/`false` are booleans).
     Nesting beyond `MAX_SPEC_DEPTH`, more than `MAX_SPEC_VALUES` values, and a key given twice in one mapping
     (JSON and YAML parsers keep the last, silently) are refused. Every problem is a `PosbiasError` naming the
-    file.
+    file. Relative paths in it are read from the file's folder, not the working folder (`resolve_paths`),
+    so the same file names the same data wherever it is run from.
     """
     file = Path(path)
     text = read_text(file, what=what, fix="give a YAML or JSON file", limit=MAX_SPEC_BYTES, noun="a spec")
@@ -45,7 +47,38 @@ def read_spec_file(path: str | Path, *, what: str = "spec file") -> dict[str, An
     problem = check_shape(data)
     if problem:
         raise PosbiasError(f"{what} {file}: {problem}")
-    return data
+    return resolve_paths(data, folder=file.absolute().parent)
+
+
+LOCAL_PREFIXES = ("./", "../")
+"""How a spec names a model or tokenizer folder relative to itself: anything else may be a hub id."""
+
+
+def resolve_paths(data: dict[str, Any], *, folder: Path) -> dict[str, Any]:
+    """`data` (a spec file's fields) with its relative paths made absolute from `folder`, the spec file's:
+    `dataset.path` and a filler `source` file when not absolute, and `model` and `tokenizer` when they start
+    with `./` or `../` (without, they may be hub ids). Values of other types are left for validation to
+    refuse."""
+    resolved = dict(data)
+    for key in ("model", "tokenizer"):
+        value = resolved.get(key)
+        if isinstance(value, str) and value.startswith(LOCAL_PREFIXES):
+            resolved[key] = _from(folder, value)
+    for block, key, keep in (("dataset", "path", ""), ("filler", "source", "builtin")):
+        part = resolved.get(block)
+        value = part.get(key) if isinstance(part, dict) else None
+        if isinstance(part, dict) and isinstance(value, str) and _relative(value, keep=keep):
+            resolved[block] = {**part, key: _from(folder, value)}
+    return resolved
+
+
+def _relative(value: str, *, keep: str) -> bool:
+    return value not in {"", keep} and "://" not in value and not Path(value).expanduser().is_absolute()
+
+
+def _from(folder: Path, value: str) -> str:
+    # normpath, not resolve(): a symbolic link in the path stays as the user wrote it.
+    return os.path.normpath(folder / value)
 
 
 class _SpecLoader(yaml.SafeLoader):

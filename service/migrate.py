@@ -6,6 +6,8 @@ Alembic is imported only inside these functions: it costs every command a few te
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,10 +17,10 @@ from sqlalchemy import URL, Connection, inspect
 from sqlalchemy.exc import DBAPIError
 
 from posbias import migrations
-from posbias.schemas import PosbiasError, one_line
+from posbias.schemas import PosbiasError, UsageError, one_line
 from posbias.service.database import create_db_engine
 from posbias.service.database_url import URL_HINT, check_sqlite_file, describe, normalise_url, sqlite_path
-from posbias.service.schema_version import current_revision, revisions
+from posbias.service.schema_version import current_revision, head, revisions
 from posbias.service.store_errors import explain
 
 if TYPE_CHECKING:
@@ -65,16 +67,18 @@ def _migration_connection(
         engine.dispose()
 
 
-class RevisionError(PosbiasError):
+class RevisionError(UsageError):
     """A schema revision that Alembic does not know was asked for (a usage error)."""
 
 
-def _foreign(connection: Connection) -> tuple[str | None, list[str]]:
-    """The database's Alembic revision (None if it has none) and its other tables and views."""
+def _foreign(connection: Connection) -> tuple[str | None, list[str], list[str]]:
+    """The database's Alembic revision (None if it has none), its other tables, and its views."""
     revision = current_revision(connection)
     inspector = inspect(connection)
-    names = [*inspector.get_table_names(), *inspector.get_view_names()]
-    return revision, sorted(n for n in names if n != "alembic_version" and not n.startswith("sqlite_"))
+    tables = [
+        n for n in inspector.get_table_names() if n != "alembic_version" and not n.startswith("sqlite_")
+    ]
+    return revision, sorted(tables), sorted(inspector.get_view_names())
 
 
 def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> None:
@@ -94,7 +98,7 @@ def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> N
     if path is None or (path.is_file() and path.stat().st_size > 0):
         # Looked at read-only first: a store that is refused is left exactly as it was.
         with _migration_connection(parsed, read_only=True, create=False) as connection:
-            current, tables = _foreign(connection)
+            current, tables, views = _foreign(connection)
         where = describe(parsed)
         if current is not None and current not in revisions():
             raise PosbiasError(
@@ -102,8 +106,10 @@ def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> N
                 f"it was migrated by a newer posbias (pip install -U posbias) or by another application; "
                 f"{URL_HINT}"
             )
-        if current is None and tables and not force:
-            shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+        _check_complete(where, current=current, tables=tables)
+        if current is None and (tables or views) and not force:
+            names = sorted([*tables, *views])
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
             raise PosbiasError(
                 f"the database at {where} already holds tables of another application ({shown}) and no "
                 "posbias schema: use a database of its own (or pass --force to add posbias's tables beside "
@@ -116,15 +122,87 @@ def upgrade(url: str | URL, revision: str = "head", *, force: bool = False) -> N
 
 
 def downgrade(url: str | URL, revision: str) -> None:
-    """Migrate the database at `url` down to `revision` (`base` removes every posbias table)."""
+    """Migrate the database at `url` down to `revision` (`base` removes every posbias table). A migration
+    that refuses to go below its revision (data the older schema cannot hold) is a `PosbiasError` with its
+    reason, and the store is left as it was (one transaction)."""
     parsed = normalise_url(url)
     path = sqlite_path(parsed)
     if path is not None:
         check_sqlite_file(path)
     from alembic import command
 
-    with _migration_connection(parsed, create=False) as connection:
-        command.downgrade(alembic_config(connection), revision)
+    try:
+        with _migration_connection(parsed, create=False) as connection:
+            command.downgrade(alembic_config(connection), revision)
+    except RuntimeError as exc:
+        if not _raised_by_a_migration(exc):
+            raise
+        raise PosbiasError(f"{one_line(exc)}; the store is unchanged") from None
+
+
+def _raised_by_a_migration(exc: BaseException) -> bool:
+    """True when `exc` was raised in one of the migration scripts (their refusals are `RuntimeError`s)."""
+    folder = Path(next(iter(migrations.__path__))).resolve() / "versions"
+    trace = exc.__traceback__
+    last = None
+    while trace is not None:
+        last, trace = trace, trace.tb_next
+    return last is not None and Path(last.tb_frame.f_code.co_filename).resolve().parent == folder
+
+
+_CREATED = re.compile(r'create_table\(\s*"(\w+)"')
+_DROPPED = re.compile(r'drop_table\(\s*"(\w+)"')
+
+
+@functools.cache
+def expected_tables(revision: str) -> frozenset[str]:
+    """The tables a store at `revision` holds: those the migration scripts up to it create and do not drop
+    again (read from their `upgrade` functions, as `schema_version.revisions` reads the revisions)."""
+    chain: list[str] = []
+    at: str | None = revision
+    known = revisions()
+    while at is not None and at in known and at not in chain:
+        chain.append(at)
+        at = known[at]
+    folder = Path(next(iter(migrations.__path__))) / "versions"
+    scripts = {}
+    for script in folder.glob("[0-9]*.py"):
+        text = script.read_text(encoding="utf-8")
+        found = re.search(r'^revision\b[^=\n]*=\s*"([^"]+)"', text, re.M)
+        if found:
+            scripts[found.group(1)] = text
+    tables: set[str] = set()
+    for name in reversed(chain):
+        body = scripts[name].split("def upgrade", 1)[-1].split("def downgrade", 1)[0]
+        tables |= set(_CREATED.findall(body))
+        tables -= set(_DROPPED.findall(body))
+    return frozenset(tables)
+
+
+def _check_complete(where: str, *, current: str | None, tables: list[str]) -> None:
+    """Refuse a store whose tables are not the whole of posbias's schema: one at a posbias revision with a
+    table missing (dropped by hand, or a restore that left one out), or one with some of posbias's tables
+    and no revision (a create interrupted outside one transaction). Migrating either would leave a schema
+    half written; reporting it as up to date would hide that results are gone."""
+    present = set(tables)
+    if current is not None:
+        missing = sorted(expected_tables(current) - present)
+        if missing:
+            raise PosbiasError(
+                f"the database at {where} is at revision {current} but lacks the table"
+                f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}: it is damaged (a table dropped, or "
+                "a restore that left it out); restore the database from a backup, or, when it holds "
+                f"nothing to keep, start a new store ({URL_HINT}) and run `posbias db upgrade`"
+            )
+        return
+    ours = present & expected_tables(head())
+    if ours and ours == present:  # posbias's tables and none of another application's
+        shown = ", ".join(sorted(ours)[:5]) + (f" and {len(ours) - 5} more" if len(ours) > 5 else "")
+        raise PosbiasError(
+            f"the database at {where} holds some of posbias's tables ({shown}) but no schema revision: a "
+            "`posbias db upgrade` (or a copy of a store) was interrupted; drop those tables, or start a new "
+            f"store ({URL_HINT}), and run `posbias db upgrade` again"
+        )
 
 
 def current(url: str | URL) -> str | None:

@@ -54,6 +54,7 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
 
     trials: list[Trial] = []
     shards: list[PlannedShard] = []
+    used: set[int] = set()  # indices into `ids` of the questions some trial shows
     for batch_size in spec.batch_sizes:
         sample = np.random.default_rng(_entropy(spec.seed, batch_size, _SAMPLE_STREAM))
         shuffle = np.random.default_rng(_entropy(spec.seed, batch_size, _SHUFFLE_STREAM))
@@ -62,12 +63,16 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
         probes: list[int] = []
         first = len(trials)
         for iteration in range(spec.iterations):
-            chosen = sample.choice(len(ids), size=batch_size, replace=False)
+            chosen = sample.choice(len(ids), size=batch_size, replace=False).tolist()
+            used.update(chosen)
             if spec.design is Design.probe and iteration % batch_size == 0:
                 probes = [int(p) + 1 for p in probing.permutation(batch_size)]
             rotations = range(batch_size) if spec.design is Design.rotation else range(1)
             for rotation in rotations:
-                shown = np.roll(chosen, -rotation)  # position i holds chosen[(i + rotation) mod N]
+                # Position i holds chosen[(i + rotation) mod N]; list slices, not np.roll: a million
+                # rotated trials are planned in seconds, not minutes.
+                shown = chosen[rotation:] + chosen[:rotation]
+                question_ids = tuple([ids[k] for k in shown])
                 orders = (
                     tuple(tuple(int(j) for j in shuffle.permutation(n_choices[k])) for k in shown)
                     if spec.shuffle_choices
@@ -80,7 +85,7 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
                             index=len(trials),
                             batch_size=batch_size,
                             iteration=iteration,
-                            question_ids=tuple(ids[k] for k in shown),
+                            question_ids=question_ids,
                             choice_orders=orders,
                             rotation=rotation,
                             answer_order=answer_order,
@@ -91,6 +96,9 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
             if on_progress is not None and len(trials) - reported >= PROGRESS_EVERY:
                 reported = len(trials)
                 on_progress(reported, total)
+            if spec.limit is not None and len(trials) - first >= spec.limit:  # a quick look: the first trials
+                del trials[first + spec.limit :]
+                break
         size = shard_size(spec, batch_size=batch_size)
         for start in range(first, len(trials), size):
             stop = min(start + size, len(trials))
@@ -98,9 +106,9 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
 
     if on_progress is not None:
         on_progress(len(trials), total)
-    used = sorted({qid for trial in trials for qid in trial.question_ids})
     by_id = {question.id: question for question in ordered}
-    one = Plan(trials=tuple(trials), shards=tuple(shards), questions={qid: by_id[qid] for qid in used})
+    questions = {ids[k]: by_id[ids[k]] for k in sorted(used, key=lambda k: ids[k])}
+    one = Plan(trials=tuple(trials), shards=tuple(shards), questions=questions)
     return per_variant(one, variants=[variant.name for variant in spec.runs])
 
 

@@ -1,25 +1,24 @@
 """Where the `posbias` command turns whatever went wrong into one line on stderr and an exit code.
 
-Exit code 2 for bad usage (`BadUsage`, click's usage errors), 130 for an interrupt, 1 for everything else. A
+Exit code 2 for bad usage (`UsageError`s: the API's and the command's own `BadUsage`, and click's usage
+errors), 130 for an interrupt, 1 for everything else. A
 store error names the fix, never the SQL statement or its parameters; a bug (an exception posbias did not
 expect) says so and asks for `--debug`, which shows every traceback (`app.run`).
 """
 
 from __future__ import annotations
 
-import errno
-
 import typer
 from typer.exceptions import TyperException
 
 import posbias
-from posbias.schemas import PosbiasError, one_line
+from posbias.schemas import PosbiasError, UsageError, foreign_problem, one_line
 
 INTERNAL = "internal error"
 """How a line about a bug begins (after `error: `): the fuzz programs count these."""
 
 
-class BadUsage(PosbiasError):
+class BadUsage(UsageError):
     """A flag or argument the user must change: exit code 2."""
 
 
@@ -37,13 +36,11 @@ def line(exc: BaseException) -> tuple[str | None, int]:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         return f"{_flat(message)}{hint}", int(getattr(exc, "exit_code", 2))
     if isinstance(exc, PosbiasError):
-        return _flat(str(exc)), 2 if isinstance(exc, BadUsage) else 1
-    if isinstance(exc, OSError):
-        return _os_error(exc), 1
-    if isinstance(exc, RecursionError):
-        return "the input nests too deeply to be read (rerun with --debug to see where)", 1
-    if isinstance(exc, MemoryError):
-        return "out of memory: the input or the job is too large for this machine", 1
+        return _flat(str(exc)), 2 if isinstance(exc, UsageError) else 1
+    # The API raises these as PosbiasErrors with the same line; here for the command's own reads and writes.
+    foreign = foreign_problem(exc)
+    if foreign is not None:
+        return foreign, 1
     # The store's errors (SQLAlchemy's, the drivers') are none of the above.
     problem = posbias.store_problem(exc)
     if problem is not None:
@@ -57,12 +54,3 @@ def line(exc: BaseException) -> tuple[str | None, int]:
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
-
-
-def _os_error(exc: OSError) -> str:
-    where = f" ({exc.filename})" if exc.filename else ""
-    if exc.errno == errno.ENOSPC:
-        return f"no space left on the device{where}: free some space and run the command again"
-    if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
-        return f"{exc.strerror}{where}: check its permissions, or choose another path"
-    return f"{exc.strerror or one_line(exc, typed=True)}{where}"

@@ -3,9 +3,12 @@ for each case: exit code 1 or 2, one line on stderr (`error: ...`), no traceback
 store or in the working folder.
 
 `generate(seed, context)` yields cases without end, drawn from templates (spec files, flags, ids, database
-URLs, settings and `.env` files, datasets, exports, schedules, Ray addresses), each case a deterministic
-function of the seed. `run_in_process` runs a case through the real entry point and error mapping
-(`posbias.cli.app.run`) in this process; `run_subprocess` runs it as the `posbias` command does.
+URLs, settings and `.env` files, datasets, exports, schedules, Ray addresses, served URLs and their ports,
+control characters in paths and URLs, symbolic-link loops, special files, damaged stores), each case a
+deterministic function of the seed. `run_in_process` runs a case through the real entry point and error
+mapping (`posbias.cli.app.run`) in this process; `run_subprocess` runs it as the `posbias` command does;
+`run_api` makes the same request of the Python API (`Case.api`, where a case has one), which must refuse it
+with a posbias error and, where the refusal is below the command's flags, the very line the command prints.
 Shared by tests/e2e/test_fuzz.py (a few hundred cases) and benchmarks/fuzz.py (thousands). Every address a
 case names is on the loopback interface.
 """
@@ -13,10 +16,13 @@ case names is on the loopback interface.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
 import random
+import re
 import socket
 import sqlite3
 import stat
@@ -24,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from support.in_process import run_cli
+from support.in_process import _environment, run_cli
 
 INF = float("inf")
 NAN = float("nan")
@@ -60,6 +67,10 @@ class Context:
     """The test PostgreSQL server's port (for wrong database names and users), when there is one."""
     foreign_postgres_url: str | None = None
     """A PostgreSQL database holding another application's table and no posbias schema."""
+    store_sql: str = ""
+    """SQL that recreates a small posbias SQLite store at the newest revision (`store_sql`): one fake job
+    with a variant. Damaged stores are built from it; without it, the `damaged_store` template is not
+    drawn."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,12 @@ class Case:
     to run in a new SQLite file)."""
     in_process: bool = True
     """False for cases that must be a real process (they reach for Ray: see the `ray_address` template)."""
+    api: tuple[str, tuple[Any, ...], dict[str, Any]] | None = None
+    """The same request of the Python API: a function of `posbias`, its arguments and keyword arguments
+    (`settings` added by `run_api`); None where the command has no one call for it."""
+    same_text: bool = True
+    """False where the command refuses the input in its flags (click's message) before the API is called:
+    the API must still refuse it, as a `UsageError`, in its own words."""
 
     def describe(self) -> str:
         """The case as a shell line (environment first), shortened."""
@@ -325,6 +342,69 @@ def run_subprocess(
     )
 
 
+@dataclass
+class ApiOutcome:
+    """What the Python API did with a case's request (`Case.api`)."""
+
+    case: Case
+    error: BaseException | None
+    """What it raised; None when it accepted the request."""
+    cli_line: str
+    """What the command printed for the same case (after `error: `, click's `(see ...)` hint dropped)."""
+
+    @property
+    def problems(self) -> list[str]:
+        """Every broken promise: a request the command refuses accepted, an error that is not posbias's, a
+        usage error raised as another kind, another line than the command's."""
+        from posbias.schemas import PosbiasError, UsageError
+
+        if self.error is None:
+            return ["accepted by the API"]
+        if not isinstance(self.error, PosbiasError):
+            return [f"raised {type(self.error).__module__}.{type(self.error).__name__}"]
+        if not self.case.same_text:
+            return (
+                []
+                if isinstance(self.error, UsageError)
+                else [f"{type(self.error).__name__}, not a usage error"]
+            )
+        said = " ".join(str(self.error).split())
+        return [] if said == self.cli_line else [f"said {said[:300]!r}"]
+
+    def report(self) -> str:
+        """The case and what the two said, for a failure message."""
+        return f"{self.case.describe()}: {', '.join(self.problems)}; the command said {self.cli_line[:300]!r}"
+
+
+def run_api(
+    case: Case, context: Context, *, folder: Path, cache_dir: Path, mmlu_dir: Path, cli: Outcome
+) -> ApiOutcome:
+    """Make `case.api`'s request of the Python API in `folder`, under the environment the command had (the
+    settings read as `posbias.load_settings()` reads them), beside `cli`, the command's outcome."""
+    import posbias
+    from posbias.schemas.schedule import RegressionRule
+
+    assert case.api is not None
+    name, args, kwargs = case.api
+    line = cli.lines[-1].removeprefix("error: ") if cli.lines else ""
+    line = re.sub(r" \(see `posbias[^`]*--help`\)$", "", line)
+    env = {**environment(context, case, cache_dir=cache_dir, mmlu_dir=mmlu_dir), **_AMBIENT}
+    error: BaseException | None = None
+    with _environment(env, drop_prefix="POSBIAS_"), contextlib.chdir(folder), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            settings = posbias.load_settings()
+            if name != "load_settings":
+                given = dict(kwargs)
+                if name == "add_schedule":
+                    given["source"] = posbias.FolderSource(path=Path(given.pop("folder")))
+                    given["rule"] = RegressionRule(max_drop=given.pop("max_drop"))
+                getattr(posbias, name)(*args, settings=settings, **given)
+        except Exception as exc:
+            error = exc
+    return ApiOutcome(case=case, error=error, cli_line=line)
+
+
 @contextlib.contextmanager
 def silent_server() -> Iterator[int]:
     """A loopback TCP port that accepts connections and never says a word: not Ray, not PostgreSQL."""
@@ -369,6 +449,8 @@ def generate(seed: int, context: Context, *, templates: list[str] | None = None)
     of a few dozen covers every template."""
     rng = random.Random(seed)
     names = sorted(templates or TEMPLATES)
+    if not context.store_sql:
+        names = [name for name in names if name != "damaged_store"]
     while True:
         rng.shuffle(names)
         for name in names:
@@ -433,6 +515,23 @@ def _spec_command(rng: random.Random, name: str) -> tuple[str, ...]:
     return rng.choice([("submit", name), ("submit", name, "--dry-run"), ("run", name)])
 
 
+def _spec_api(command: tuple[str, ...]) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    """The API's call for a spec command (`run` as `submit`: a run that is refused runs nothing either)."""
+    name = "dry_run" if "--dry-run" in command else "submit"
+    return name, (command[1],), {}
+
+
+def _with_api(
+    case: Case, call: tuple[str, tuple[Any, ...], dict[str, Any]], *, same_text: bool = True
+) -> Case:
+    return dataclasses.replace(case, api=call, same_text=same_text)
+
+
+def _spec_case(template: str, command: tuple[str, ...], **fields: Any) -> Case:
+    """A case of a spec command with the API's call for it."""
+    return Case(template, command, api=_spec_api(command), **fields)
+
+
 @template
 def spec_field(rng: random.Random, context: Context) -> Case:
     """A spec file with one field set to a value the field must refuse."""
@@ -442,7 +541,7 @@ def spec_field(rng: random.Random, context: Context) -> Case:
         name, text = "job.json", json.dumps(spec)
     else:
         name, text = "job.yaml", yaml.safe_dump(spec, allow_unicode=rng.random() < 0.5)
-    return Case("spec_field", _spec_command(rng, name), files={name: text.encode()})
+    return _spec_case("spec_field", _spec_command(rng, name), files={name: text.encode()})
 
 
 RAW_YAML = [
@@ -474,7 +573,7 @@ def spec_text(rng: random.Random, context: Context) -> Case:
         text = rng.choice(
             ["{", '{"model": }', "[1, 2]", "null", '{"model": "fake", "iterations": NaN, "batch_sizes": [2]}']
         )
-    return Case("spec_text", _spec_command(rng, name), files={name: text.encode()})
+    return _spec_case("spec_text", _spec_command(rng, name), files={name: text.encode()})
 
 
 def _deep(kind: str, depth: int) -> str:
@@ -494,6 +593,11 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 @template
 def spec_file(rng: random.Random, context: Context) -> Case:
     """A spec that is not a readable file: a folder, a FIFO, a device, too large, too deep, not UTF-8."""
+    case = _spec_file(rng)
+    return _with_api(case, _spec_api(case.args))
+
+
+def _spec_file(rng: random.Random) -> Case:
     choice = rng.randrange(14)
     command = _spec_command(rng, "job.yaml")
     if choice == 0:
@@ -614,15 +718,21 @@ BAD_IDS = [str(2**63), str(2**64), str(10**30), "-1", "0", "abc", "1.5", "\u00b3
 def job_id(rng: random.Random, context: Context) -> Case:
     """Job ids, limits and batch sizes that are not numbers, out of range, or name nothing."""
     bad = rng.choice([*BAD_IDS, "999"])
+    value: Any = int(bad) if re.fullmatch(r"-?[0-9]+", bad) else bad
+    flags = bad != "999"  # the command's flags refuse every bad id but one that names no job
     choice = rng.randrange(9)
     if choice == 0:
-        return Case("job_id", ("status", bad))
+        return Case("job_id", ("status", bad), api=("job", (value,), {}), same_text=not flags)
     if choice == 1:
-        return Case("job_id", ("cancel", bad))
+        return Case("job_id", ("cancel", bad), api=("cancel", (value,), {}), same_text=not flags)
     if choice == 2:
-        return Case("job_id", ("retry", rng.choice([bad, str(context.job_id)])))
+        given = rng.choice([bad, str(context.job_id)])
+        number: Any = int(given) if re.fullmatch(r"-?[0-9]+", given) else given
+        same = given in {"999", str(context.job_id)}
+        return Case("job_id", ("retry", given), api=("retry", (number,), {}), same_text=same)
     if choice == 3:
-        return Case("job_id", ("export", bad, "--out", "x.csv"))
+        call = ("export_results", (value,), {"out": "x.csv"})
+        return Case("job_id", ("export", bad, "--out", "x.csv"), api=call, same_text=not flags)
     if choice == 4:
         pair = [rng.choice(["\u00b3", "99999999999999999999", "0", "nobody", "999"]) for _ in range(2)]
         return Case("job_id", ("compare", *pair))
@@ -640,7 +750,9 @@ def job_id(rng: random.Random, context: Context) -> Case:
         extra = () if flag in {"--job", "--model"} else ("--model", "nobody")
         return Case("job_id", ("curve", flag, rng.choice(values), *extra))
     if choice == 6:
-        return Case("job_id", ("status", "--limit", rng.choice(["0", "-1", str(2**64), "10000001", "x"])))
+        limit = rng.choice(["0", "-1", str(2**64), "10000001", "x"])
+        call = ("jobs", (), {"limit": int(limit) if limit != "x" else limit})
+        return Case("job_id", ("status", "--limit", limit), api=call, same_text=False)
     if choice == 7:
         return Case("job_id", ("worker", "--max-jobs", rng.choice(["0", "-1", str(2**64)])))
     return Case(
@@ -720,16 +832,36 @@ def database_url(rng: random.Random, context: Context) -> Case:
     if local_store or "foreign" in url or "garbage" in url or "adir" in url:
         commands.append(("db", "upgrade"))
     case_env = {"POSBIAS_DATABASE_URL": url}
-    return Case("database_url", rng.choice(commands), env=case_env, files=files, special=special)
+    command = rng.choice(commands)
+    return Case(
+        "database_url", command, env=case_env, files=files, special=special, api=_command_api(command)
+    )
+
+
+def _command_api(command: tuple[str, ...]) -> tuple[str, tuple[Any, ...], dict[str, Any]] | None:
+    """The API's call for one of the commands the store and settings templates run."""
+    calls: dict[tuple[str, ...], tuple[str, tuple[Any, ...], dict[str, Any]]] = {
+        ("status",): ("jobs", (), {}),
+        ("models",): ("models", (), {}),
+        ("curve", "--model", "x"): ("curves", ("x",), {}),
+        ("submit", *FAKE): ("submit", (dict(VALID_SPEC),), {}),
+        ("export", "1", "--out", "out.csv"): ("export_results", (1,), {"out": "out.csv"}),
+        ("schedule", "list"): ("list_schedules", (), {}),
+        ("db", "current"): ("store_version", (), {}),
+        ("db", "upgrade"): ("upgrade_store", (), {}),
+    }
+    return calls.get(command)
 
 
 @template
 def revision(rng: random.Random, context: Context) -> Case:
     """Alembic revisions that do not exist."""
     rev = rng.choice(["nosuch", "f00dfeed", "+99", "-99", "ffff:head"])
-    return Case(
-        "revision", rng.choice([("db", "upgrade", rev), ("db", "downgrade", rev), ("db", "downgrade")])
-    )
+    command = rng.choice([("db", "upgrade", rev), ("db", "downgrade", rev), ("db", "downgrade")])
+    calls = {"upgrade": "upgrade_store", "downgrade": "downgrade_store"}
+    api = (calls[command[1]], (rev,), {}) if len(command) == 3 else None
+    # `-99` reads as an option to the command's parser: it refuses it as one.
+    return Case("revision", command, api=api, same_text=not rev.startswith("-"))
 
 
 BAD_SETTINGS: list[tuple[str, list[str]]] = [
@@ -755,7 +887,7 @@ def setting(rng: random.Random, context: Context) -> Case:
     """A POSBIAS_* variable with a value its setting must refuse."""
     name, values = rng.choice(BAD_SETTINGS)
     command = rng.choice([("status",), ("models",), ("submit", *FAKE), ("db", "current")])
-    return Case("setting", command, env={name: rng.choice(values)})
+    return Case("setting", command, env={name: rng.choice(values)}, api=_command_api(command))
 
 
 @template
@@ -783,7 +915,7 @@ def env_file(rng: random.Random, context: Context) -> Case:
         special = (("symlink", ".env", "/dev/zero"),)
     else:
         files[".env"] = b'A="unclosed\n'
-    return Case("env_file", command, files=files, special=special)
+    return Case("env_file", command, files=files, special=special, api=("load_settings", (), {}))
 
 
 def _json_rows(rows: Any) -> bytes:
@@ -834,13 +966,18 @@ def dataset(rng: random.Random, context: Context) -> Case:
     choice = rng.randrange(len(BAD_DATASETS) + 3)
     args = (command, "--engine", "fake", "--batch-sizes", "1", "--iterations", "1", "--dataset")
     if choice == len(BAD_DATASETS):
-        return Case("dataset", (*args, "./data.csv"), special=(("fifo", "data.csv", ""),))
+        return _dataset_case(Case("dataset", (*args, "./data.csv"), special=(("fifo", "data.csv", ""),)))
     if choice == len(BAD_DATASETS) + 1:
-        return Case("dataset", (*args, "./data.csv"), special=(("dir", "data.csv", ""),))
+        return _dataset_case(Case("dataset", (*args, "./data.csv"), special=(("dir", "data.csv", ""),)))
     if choice == len(BAD_DATASETS) + 2:
-        return Case("dataset", (*args, "./somefolder"), special=(("dir", "somefolder", ""),))
+        return _dataset_case(Case("dataset", (*args, "./somefolder"), special=(("dir", "somefolder", ""),)))
     name, content = BAD_DATASETS[choice]
-    return Case("dataset", (*args, f"./{name}"), files={name: content})
+    return _dataset_case(Case("dataset", (*args, f"./{name}"), files={name: content}))
+
+
+def _dataset_case(case: Case) -> Case:
+    spec = {**VALID_SPEC, "batch_sizes": [1], "iterations": 1, "dataset": {"path": case.args[-1]}}
+    return _with_api(case, ("submit", (spec,), {}))
 
 
 @template
@@ -885,10 +1022,12 @@ def schedule(rng: random.Random, context: Context) -> Case:
         return Case("schedule", ("schedule", "add", name, *good), special=folder)
     if choice == 1:
         text = rng.choice(["{", '{"a": ' + "[" * 3000, '{"iterations": 0}', '{"nope": 1}', "[1]"])
+        call = ("add_schedule", ("s1",), {"spec": text, "folder": "ckpts", "max_drop": 5})
         return Case(
             "schedule",
             ("schedule", "add", "s1", "--spec", text, "--folder", "ckpts", "--max-drop", "5"),
             special=folder,
+            api=call,
         )
     if choice == 2:
         content = rng.choice([b"\xff\xfe", b"model: [", ALIAS_BOMB.encode(), b"iterations: 1:30\n"])
@@ -937,7 +1076,15 @@ def schedule(rng: random.Random, context: Context) -> Case:
         return Case("schedule", ("schedule", "add", "s1", *good, "--baseline", baseline), special=folder)
     if choice == 8:
         verb = rng.choice(["show", "remove", "pause", "resume", "report", "tick"])
-        return Case("schedule", ("schedule", verb, "nosuch"))
+        calls = {
+            "show": "schedule",
+            "remove": "remove_schedule",
+            "pause": "pause_schedule",
+            "resume": "resume_schedule",
+            "report": "schedule_report",
+            "tick": "tick_schedules",
+        }
+        return Case("schedule", ("schedule", verb, "nosuch"), api=(calls[verb], ("nosuch",), {}))
     return Case("schedule", ("schedule", "report", "nosuch", "--batch-size", rng.choice(["0", "201"])))
 
 
@@ -978,6 +1125,232 @@ def ray_address(rng: random.Random, context: Context) -> Case:
         )
     env = {"POSBIAS_RAY_ADDRESS": f"ray://127.0.0.1:{closed}"}
     return Case("ray_address", ("worker", "--json"), env=env, in_process=False)
+
+
+SERVED_URLS = [
+    "http://127.0.0.1:99999/v1",
+    "http://127.0.0.1:65536/v1",
+    "http://127.0.0.1:0/v1",
+    "http://127.0.0.1:abc/v1",
+    "http://127.0.0.1:-1/v1",
+    "http://127.0.0.1:8000/v1\r\nX-Injected: 1",
+    "http://127.0.0.1:8000/v1\n",
+    "http://127.0.0.1:8000/v\t1",
+    "http://127.0.0.1 :8000/v1",
+    "http://[::1/v1",
+    "ftp://127.0.0.1:8000/v1",
+    "127.0.0.1:8000",
+    "",
+]
+
+
+@template
+def served_url(rng: random.Random, context: Context) -> Case:
+    """An OpenAI-compatible endpoint's `base_url` with a port out of range or not a number, a CR/LF or a
+    tab in it, no scheme or the wrong one: in a spec file, or as a flag."""
+    url = rng.choice(SERVED_URLS)
+    if rng.random() < 0.5 and "\n" not in url and "\r" not in url and "\t" not in url:
+        args = ("submit", "--model", "m", "--engine", "openai", "--base-url", url, "--dry-run")
+        return Case("served_url", (*args, "--batch-sizes", "1", "--iterations", "2"))
+    spec = {"model": "m", "engine": {"name": "openai", "base_url": url}, "batch_sizes": [1], "iterations": 2}
+    name = rng.choice(["job.json", "job.yaml"])
+    text = json.dumps(spec) if name.endswith(".json") else yaml.safe_dump(spec)
+    return _spec_case("served_url", _spec_command(rng, name), files={name: text.encode()})
+
+
+CONTROL = ["\n", "\r", "\r\n", "\t", "\x1b", "\x7f"]
+
+
+@template
+def control_path(rng: random.Random, context: Context) -> Case:
+    """A control character (CR, LF, tab, escape) in a path or a URL: the dataset, the filler source, a model
+    folder, the spec file's own name, the store's URL."""
+    char = rng.choice(CONTROL)
+    choice = rng.randrange(5)
+    if choice == 4:
+        url = rng.choice(
+            [f"sqlite:///store.db{char}", f"sqlite:///st{char}ore.db", f"{context.store_url}{char}"]
+        )
+        command = rng.choice([("status",), ("db", "current"), ("db", "upgrade"), ("submit", *FAKE)])
+        return Case("control_path", command, env={"POSBIAS_DATABASE_URL": url}, api=_command_api(command))
+    if choice == 3:
+        name = f"job{char}.yaml"
+        text = yaml.safe_dump(VALID_SPEC).encode()
+        return _spec_case("control_path", _spec_command(rng, name), files={name: text})
+    files = {"q.csv": b"question,choices,answer\n", "f.txt": b"Some words here. More words there.\n"}
+    spec: dict[str, Any] = dict(VALID_SPEC)
+    if choice == 0:
+        spec["dataset"] = {"name": "mine", "path": f"q.csv{char}"}
+    elif choice == 1:
+        spec["filler"] = {"tokens": [10], "source": f"f{char}.txt"}
+    else:
+        spec = {"model": f"./m{char}", "batch_sizes": [1], "iterations": 1}
+    name = "job.yaml"
+    return _spec_case(
+        "control_path", _spec_command(rng, name), files={**files, name: yaml.safe_dump(spec).encode()}
+    )
+
+
+@template
+def symlink_loop(rng: random.Random, context: Context) -> Case:
+    """A symbolic link that points at itself (through another): as `.env`, the spec file, the dataset, the
+    filler source, the model folder."""
+    loop = (("symlink", "a", "b"), ("symlink", "b", "a"))
+    choice = rng.randrange(5)
+    if choice == 0:
+        command = rng.choice([("status",), ("db", "current"), ("submit", *FAKE)])
+        return Case(
+            "symlink_loop", command, special=(*loop, ("symlink", ".env", "a")), api=_command_api(command)
+        )
+    if choice == 1:
+        return _spec_case(
+            "symlink_loop", _spec_command(rng, "job.yaml"), special=(*loop, ("symlink", "job.yaml", "a"))
+        )
+    if choice == 2:
+        args = (
+            "submit",
+            "--engine",
+            "fake",
+            "--batch-sizes",
+            "1",
+            "--iterations",
+            "1",
+            "--dataset",
+            "./data.csv",
+        )
+        return _dataset_case(Case("symlink_loop", args, special=(*loop, ("symlink", "data.csv", "a"))))
+    if choice == 3:
+        spec = {**VALID_SPEC, "filler": {"tokens": [10], "source": "f.txt"}}
+        return _spec_case(
+            "symlink_loop",
+            _spec_command(rng, "job.yaml"),
+            files={"job.yaml": yaml.safe_dump(spec).encode()},
+            special=(*loop, ("symlink", "f.txt", "a")),
+        )
+    spec = {"model": "./m", "batch_sizes": [1], "iterations": 1}
+    return _spec_case(
+        "symlink_loop",
+        _spec_command(rng, "job.yaml"),
+        files={"job.yaml": yaml.safe_dump(spec).encode()},
+        special=(*loop, ("symlink", "m", "a")),
+    )
+
+
+CONFIG = json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}).encode()
+
+
+@template
+def special_file(rng: random.Random, context: Context) -> Case:
+    """A FIFO, a socket or a device where posbias reads a file: the filler source, a model folder's
+    `config.json`, a dataset, the spec file (a device), a spec template."""
+    choice = rng.randrange(6)
+    kind = rng.choice(["fifo", "socket"])
+    if choice == 0:
+        spec = {**VALID_SPEC, "filler": {"tokens": [10], "source": "f.txt"}}
+        return _spec_case(
+            "special_file",
+            _spec_command(rng, "job.yaml"),
+            files={"job.yaml": yaml.safe_dump(spec).encode()},
+            special=((kind, "f.txt", ""),),
+        )
+    if choice == 1:
+        spec = {**VALID_SPEC, "filler": {"tokens": [10], "source": rng.choice(["/dev/zero", "/dev/null"])}}
+        return _spec_case(
+            "special_file", _spec_command(rng, "job.yaml"), files={"job.yaml": yaml.safe_dump(spec).encode()}
+        )
+    if choice == 2:
+        spec = {"model": "./m", "batch_sizes": [1], "iterations": 1}
+        return _spec_case(
+            "special_file",
+            ("submit", "job.yaml", "--dry-run"),
+            files={"job.yaml": yaml.safe_dump(spec).encode(), "m/tokenizer.json": b"{}"},
+            special=((kind, "m/config.json", ""),),
+        )
+    if choice == 3:
+        args = (
+            "submit",
+            "--engine",
+            "fake",
+            "--batch-sizes",
+            "1",
+            "--iterations",
+            "1",
+            "--dataset",
+            "./data.jsonl",
+        )
+        return _dataset_case(Case("special_file", args, special=((kind, "data.jsonl", ""),)))
+    if choice == 4:
+        return _spec_case(
+            "special_file", _spec_command(rng, rng.choice(["/dev/null", "/dev/tty", "/dev/urandom"]))
+        )
+    call = ("add_schedule", ("s1",), {"spec": "t.json", "folder": "ckpts", "max_drop": 5})
+    return Case(
+        "special_file",
+        ("schedule", "add", "s1", "--spec", "t.json", "--folder", "ckpts", "--max-drop", "5"),
+        special=(("dir", "ckpts", ""), (kind, "t.json", "")),
+        api=call,
+    )
+
+
+STORE_DAMAGE = [
+    (
+        "not_json",
+        "UPDATE jobs SET spec = 'not json';",
+        [("status",), ("status", "1"), ("curve", "--job", "1")],
+    ),
+    ("not_json", "UPDATE jobs SET spec = '{\"model\": ';", [("status",), ("export", "1", "--out", "x.csv")]),
+    ("dropped", "DROP TABLE curve_points;", [("db", "upgrade")]),
+    ("dropped", "DROP VIEW IF EXISTS position_curve; DROP TABLE results;", [("db", "upgrade")]),
+    ("dropped", "DROP TABLE checkpoints; DROP TABLE schedules;", [("db", "upgrade")]),
+    ("unversioned", "DROP TABLE alembic_version;", [("db", "upgrade")]),
+    ("variants", "", [("db", "downgrade", "base"), ("db", "downgrade", "0005")]),
+]
+"""(what, SQL that damages the store, commands that must refuse it)."""
+
+
+@template
+def damaged_store(rng: random.Random, context: Context) -> Case:
+    """A posbias SQLite store (WAL, as posbias makes them) damaged or in a state a command must refuse: a
+    stored spec that is not JSON, a table dropped, posbias's tables without a revision, a downgrade the
+    migrations refuse (a job with variants). Nothing must change, and no `-wal`/`-shm` file stay beside it."""
+    _what, damage, commands = rng.choice(STORE_DAMAGE)
+    command = rng.choice(commands)
+    sql = context.store_sql + damage + "\nPRAGMA journal_mode = WAL;\n"
+    api: tuple[str, tuple[Any, ...], dict[str, Any]] | None = _command_api(command)
+    if command[:2] == ("db", "downgrade"):
+        api = ("downgrade_store", (command[2],), {})
+    elif command == ("status", "1"):
+        api = ("job", (1,), {})
+    return Case(
+        "damaged_store",
+        command,
+        env={"POSBIAS_DATABASE_URL": "sqlite:///store.db"},
+        special=(("sqlite", "store.db", sql),),
+        api=api,
+    )
+
+
+@functools.cache
+def store_sql(mmlu_dir: Path) -> str:
+    """SQL that recreates a small posbias SQLite store at the newest revision: one fake job with a variant
+    (what `db downgrade` below 0007 refuses), as `iterdump` writes it."""
+    import tempfile
+
+    import posbias.api as api
+    from posbias.service import migrate
+    from posbias.service.settings import Settings
+
+    with tempfile.TemporaryDirectory(prefix="posbias-fuzz-store-") as folder:
+        url = f"sqlite:///{folder}/store.db"
+        migrate.upgrade(url)
+        settings = Settings(database_url=url, mmlu_dir=mmlu_dir, cache_dir=Path(folder) / "cache")
+        spec = {**VALID_SPEC, "variants": [{"name": "worse", "fake": {"last": 0.4}}]}
+        api.submit(spec, settings=settings)
+        connection = sqlite3.connect(f"{folder}/store.db")
+        try:
+            return "\n".join(connection.iterdump()) + "\n"
+        finally:
+            connection.close()
 
 
 # --- a store to run against -----------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """Input that would be read as something else is refused in one line that names the fix, with a non-zero exit:
 a key given twice, digits other than ASCII, control characters in URLs and paths, a port out of range, a
-`.env` that is a symlink loop. Run in-process, as a user would type them."""
+`.env` that is a symlink loop; and a spec file's relative paths are its folder's, not the working folder's.
+Run in-process, as a user would type them."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -127,3 +129,48 @@ def test_a_stored_spec_that_is_not_json_is_refused(posbias: Posbias, tmp_path: P
         code, said = posbias(*args)
         line = _refusal(said)
         assert code != 0 and "not JSON" in line and "restore the database from a backup" in line
+
+
+def _questions(path: Path, count: int = 6) -> None:
+    rows = [
+        {"question": f"q{k}?", "choices": ["a", "b", "c", "d"], "answer": k % 4, "subject": "s"}
+        for k in range(count)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_relative_paths_in_a_spec_file_are_read_from_its_folder(
+    posbias: Posbias, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    _questions(specs / "q.jsonl")
+    (specs / "f.txt").write_text("Plain neutral words. More plain words follow here.\n" * 20)
+    (specs / "job.yaml").write_text(
+        "model: fake\nengine: {name: fake}\nbatch_sizes: [2]\niterations: 2\n"
+        "dataset: {name: mine, path: q.jsonl}\nfiller: {tokens: [5], source: ./f.txt}\n"
+    )
+    # A file of the same name in the working folder is not what the spec means.
+    _questions(tmp_path / "q.jsonl", count=1)
+    assert posbias("db", "upgrade")[0] == 0
+    assert posbias("submit", "specs/job.yaml")[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert posbias("submit", "../specs/job.yaml")[0] == 0
+    import posbias as api
+
+    first, second = sorted(api.jobs(), key=lambda job: job.id)
+    assert first.spec.dataset.path == second.spec.dataset.path == str(specs / "q.jsonl")
+    assert first.spec.filler is not None and first.spec.filler.source == str(specs / "f.txt")
+    assert first.spec.spec_hash() == second.spec.spec_hash()
+
+
+def test_a_relative_model_folder_in_a_spec_file_is_its_folders(tmp_path: Path) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "job.yaml").write_text("model: ./ckpt\ntokenizer: ../tok\n")
+    data = read_spec_file(tmp_path / "specs" / "job.yaml")
+    assert data["model"] == str(tmp_path / "specs" / "ckpt")
+    assert data["tokenizer"] == str(tmp_path / "tok")
+    (tmp_path / "specs" / "hub.yaml").write_text("model: google/gemma-2-2b-it\n")
+    assert read_spec_file(tmp_path / "specs" / "hub.yaml")["model"] == "google/gemma-2-2b-it"
