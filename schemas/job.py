@@ -52,7 +52,8 @@ class JobSpec(Record):
         min_length=1,
         max_length=500,
         description="Hugging Face id, local model folder, or a .gguf file (then give `tokenizer`); for "
-        "engine `openai`, the model's name (curves group by it; the endpoint may name it `engine.model`).",
+        "engine `openai`, the model's name (curves group by it; the endpoint may name it `engine.model`). "
+        "In a spec file, a folder or file starting with `./` or `../` is read from the spec file's folder.",
     )
     revision: str | None = Field(
         None, min_length=1, max_length=200, description="Model revision (branch, tag or commit) on the hub."
@@ -121,6 +122,14 @@ class JobSpec(Record):
     )
     shard_size: Int | None = Field(
         None, ge=1, le=1_000_000, description="Trials per shard; chosen from the batch size when not set."
+    )
+    limit: Int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="A quick look: only the first `limit` trials of each batch size of the planned job "
+        "(per variant). Stored as a job of its own, marked as a quick look: a model's curves leave it out "
+        "unless asked (`posbias curve --job` shows it).",
     )
     variants: tuple[Variant, ...] = Field(
         (),
@@ -232,7 +241,13 @@ class JobSpec(Record):
     def trials_per_batch_size(self, batch_size: int) -> int:
         """Prompts this spec renders at one batch size, for each variant."""
         rotations = batch_size if self.design is Design.rotation else 1
-        return self.iterations * rotations * len(self.filler_lengths)
+        planned = self.iterations * rotations * len(self.filler_lengths)
+        return planned if self.limit is None else min(planned, self.limit)
+
+    @property
+    def quick_look(self) -> bool:
+        """True for a quick look (`limit`): a few trials of a bigger job, kept out of a model's curves."""
+        return self.limit is not None
 
     @property
     def total_trials(self) -> int:
@@ -283,6 +298,7 @@ class JobSpec(Record):
 
 
 _LATER_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("limit",),
     ("answer_order",),
     ("filler",),
     ("prompt", "order_instruction"),
@@ -291,6 +307,7 @@ _LATER_FIELDS: tuple[tuple[str, ...], ...] = (
     ("fake", "depends_on"),
     ("fake", "window"),
     ("fake", "distance_span"),
+    ("fake", "collapse"),
 )
 """Fields (as paths in the dumped spec) added after jobs were first stored; see `JobSpec.spec_hash`."""
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from posbias.schemas import DatasetSpec, JobSpec, PosbiasError, Question, QuestionPool, one_line
 from posbias.schemas.files import MAX_DATA_FILE_BYTES, check_path, open_binary, open_text, read_text
+from posbias.service import dataset_copies as copies
 from posbias.workers import hub
 
 MMLU_HUB_ID = "cais/mmlu"
@@ -64,18 +65,33 @@ def looks_local(name: str) -> bool:
     return not HUB_ID.match(name)
 
 
-def load_questions(dataset: DatasetSpec, *, mmlu_dir: Path | None) -> QuestionPool:
+def load_questions(
+    dataset: DatasetSpec, *, mmlu_dir: Path | None, datasets_dir: Path | None = None
+) -> QuestionPool:
     """Load the questions `dataset` names, filtered to its subjects.
 
-    MMLU reads `dataset.path` (or else `mmlu_dir`) when either is given and the hub otherwise; other datasets
-    read `dataset.path` when given and the hub otherwise. Raises `PosbiasError` with the fix when the data
-    cannot be found or read, or when a subject is unknown.
+    MMLU reads `dataset.path` (or else `mmlu_dir`, or else `datasets_dir/mmlu`) when one is given and the hub
+    otherwise; a named dataset (`schemas.NAMED_DATASETS`) reads its local copy in `datasets_dir` when there
+    is one (`service/dataset_copies.py`) and the hub otherwise; other datasets read `dataset.path` when given
+    and the hub otherwise. Raises `PosbiasError` with the fix when the data cannot be found or read, or when
+    a subject is unknown.
     """
     local = Path(dataset.path).expanduser() if dataset.path else None
-    if local is None and not dataset.is_mmlu and looks_local(dataset.name):
+    named = dataset.named
+    if local is None and named is None and looks_local(dataset.name):
         local = Path(dataset.name).expanduser()  # `name: ./questions.csv` is a file, not a hub id
-    if dataset.is_mmlu and local is None and mmlu_dir is not None:
-        local = Path(mmlu_dir).expanduser()
+    if dataset.is_mmlu and local is None:
+        if mmlu_dir is None and named is not None:
+            mmlu_dir = copies.copy_folder(named, datasets_dir=datasets_dir)
+        if mmlu_dir is not None:
+            local = Path(mmlu_dir).expanduser()
+    if local is None and named is not None and not dataset.is_mmlu:
+        files = copies.split_files(named, split=dataset.split, datasets_dir=datasets_dir)
+        if files is not None:
+            questions = [q for file in files for q in _read_file(file, dataset=dataset)[0]]
+            where = f"{files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+            source = f"{named.name} {dataset.split} split in {where}"
+            return _pool(questions, subjects=dataset.subjects, source=source)
     if local is not None and not dataset.is_mmlu and not local.exists():
         raise PosbiasError(f"dataset file {local} does not exist; check the path (or name a hub dataset id)")
     if local is not None:
@@ -88,7 +104,7 @@ def load_questions(dataset: DatasetSpec, *, mmlu_dir: Path | None) -> QuestionPo
         else:
             questions, source = _read_file(local, dataset=dataset)
     else:
-        questions, source = _read_hub(dataset)
+        questions, source = _read_hub(dataset, datasets_dir=datasets_dir)
     return _pool(questions, subjects=dataset.subjects, source=source)
 
 
@@ -171,14 +187,17 @@ def _mmlu_csv(file: Path, *, suffix: str) -> Iterator[Question]:
 # --- the hub ------------------------------------------------------------------------------------------------
 
 
-def _read_hub(dataset: DatasetSpec) -> tuple[list[Question], str]:
-    name = MMLU_HUB_ID if dataset.is_mmlu else dataset.name
-    config = "all" if dataset.is_mmlu else None
+def _read_hub(dataset: DatasetSpec, *, datasets_dir: Path | None) -> tuple[list[Question], str]:
+    named = dataset.named
+    name = named.hub_id if named is not None else dataset.name
+    config = named.config if named is not None else None
     split = dataset.split
     if dataset.is_mmlu and split == "val":
         split = "validation"
     tried = f"the Hugging Face hub ({name}{', ' + config if config else ''}, split {split})"
     fix = MMLU_FIX if dataset.is_mmlu else "pass dataset.path to a local file of the dataset"
+    if named is not None and not dataset.is_mmlu:
+        fix = copies.looked_for(named, split=dataset.split, datasets_dir=datasets_dir)
     offline, endpoint = hub.hub_settings()
     # Without network the hub client retries for about half a minute; the probe fails in milliseconds.
     # HF_HUB_OFFLINE skips the probe so that a dataset already in the local hub cache still loads.

@@ -69,6 +69,8 @@ def _filter_jobs(
         raise ValueError("name a model or a job")
     if model is not None:
         query = query.where(Job.model == model)
+        if job_id is None:  # a quick look (`limit`) is a job's own: never pooled into its model's curves
+            query = query.where(Job.spec["limit"].as_integer().is_(None))
     if revision is not None:
         query = query.where(Job.revision == revision)
     if job_id is not None:
@@ -318,6 +320,7 @@ class ExportRow(NamedTuple):
 
     job_id: int
     variant: str
+    trial_id: int
     trial_index: int
     batch_size: int
     iteration: int
@@ -364,6 +367,7 @@ def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
         select(
             Result.job_id,
             Result.variant,
+            Result.trial_id,
             Trial.index,
             Result.batch_size,
             Trial.iteration,

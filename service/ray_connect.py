@@ -39,6 +39,9 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
     """
     if ray.is_initialized():
         return
+    loud = settings.debug or settings.verbose
+    if not loud:
+        quiet_ray()
     address = settings.ray_address
     if address not in {"local", "auto"}:
         _probe(address, seconds=min(RAY_PROBE_SECONDS, settings.ray_connect_seconds))
@@ -51,18 +54,19 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
                     address="local",
                     num_cpus=num_cpus or os.cpu_count() or 1,
                     include_dashboard=False,
-                    log_to_driver=settings.debug,
+                    log_to_driver=loud,
                     configure_logging=False,
                 )
                 reaper.watch([pid for pid in reaper.children() if pid not in before])
             elif address == "auto" or address.startswith("ray://"):
                 # Ray Client has its own connection timeout; `auto` finds a node on this machine or fails.
-                ray.init(address=address, log_to_driver=settings.debug, configure_logging=False)
+                ray.init(address=address, log_to_driver=loud, configure_logging=False)
             else:
                 _within(
-                    lambda: ray.init(address=address, log_to_driver=settings.debug, configure_logging=False),
+                    lambda: ray.init(address=address, log_to_driver=loud, configure_logging=False),
                     seconds=deadline - time.monotonic(),
                     address=address,
+                    quiet=not loud,
                 )
             return
         except ConnectionAbortedError as exc:
@@ -94,6 +98,20 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
             ) from None
 
 
+RAY_LOGGERS = ("ray",)
+"""Where Ray's Python notices come from (token authentication, usage stats, deprecations)."""
+
+
+def quiet_ray() -> None:
+    """Keep Ray's Python notices (e.g. "Token authentication is enabled for this Ray cluster") off the
+    terminal: only its errors reach stderr. Its workers' output already stays in Ray's log folder
+    (`log_to_driver` off); `--verbose` (`Settings.verbose`) shows both."""
+    for name in RAY_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level < logging.ERROR:
+            logger.setLevel(logging.ERROR)
+
+
 def _probe(address: str, *, seconds: float) -> None:
     """Raise `PosbiasError` unless a TCP connection to the Ray `address` (`host:port` or `ray://host:port`)
     opens within `seconds`."""
@@ -114,14 +132,62 @@ def _probe(address: str, *, seconds: float) -> None:
         raise PosbiasError(f"cannot reach the Ray cluster at {address!r} ({reason}); {RAY_HINT}") from None
 
 
+def native_stderr_to_log() -> Callable[[], None] | None:
+    """Point file descriptor 2 at a log file (`ray/posbias-native-PID.log` in the temporary folder) so that
+    native code's writes to stderr stay off the terminal, while Python's `sys.stderr` (posbias's own lines)
+    keeps writing to the terminal through a copy of the original descriptor. Returns what puts fd 2 back,
+    or None where stderr is not this process's fd 2 (e.g. captured in this process by a test)."""
+    import io
+    import sys
+    import tempfile
+
+    try:
+        if sys.stderr is None or sys.stderr.fileno() != 2:
+            return None
+    except (AttributeError, OSError, ValueError):
+        return None
+    folder = os.path.join(tempfile.gettempdir(), "ray")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        target = os.open(
+            os.path.join(folder, f"posbias-native-{os.getpid()}.log"),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+            0o600,
+        )
+    except OSError:
+        return None
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(target, 2)
+    os.close(target)
+    python_stderr = sys.stderr
+    sys.stderr = io.TextIOWrapper(
+        os.fdopen(os.dup(saved), "wb", buffering=0),
+        encoding=python_stderr.encoding,
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr = python_stderr
+
+    return restore
+
+
 class _RayWorkerWarnings(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "not the main thread" not in record.getMessage()
 
 
-def _within(connect: Callable[[], object], *, seconds: float, address: str) -> None:
+def _within(connect: Callable[[], object], *, seconds: float, address: str, quiet: bool = False) -> None:
     """Run `connect` (a `ray.init`), giving up after `seconds`: Ray keeps trying a GCS address that
-    answers TCP but not as Ray for as long as it is let. The abandoned attempt stays in a daemon thread."""
+    answers TCP but not as Ray for as long as it is let. The abandoned attempt stays in a daemon thread.
+
+    With `quiet`, what Ray's native code writes to this process's stderr meanwhile (its GCS client's "Failed
+    to connect to GCS" lines) goes to a log file instead (`native_stderr_to_log`)."""
     outcome: list[BaseException | None] = []
 
     def attempt() -> None:
@@ -131,15 +197,18 @@ def _within(connect: Callable[[], object], *, seconds: float, address: str) -> N
         except BaseException as exc:  # handed to the calling thread
             outcome.append(exc)
 
-    quiet = _RayWorkerWarnings()
+    warnings = _RayWorkerWarnings()
     logger = logging.getLogger("ray._private.worker")
-    logger.addFilter(quiet)
+    logger.addFilter(warnings)
+    restore = native_stderr_to_log() if quiet else None
     try:
         thread = threading.Thread(target=attempt, name="ray-connect", daemon=True)
         thread.start()
         thread.join(max(seconds, 0.0))
     finally:
-        logger.removeFilter(quiet)
+        logger.removeFilter(warnings)
+    if restore is not None and outcome == [None]:
+        restore()  # connected: Ray's native messages from now on are the user's business again
     if not outcome:
         raise PosbiasError(
             f"the Ray cluster at {address!r} did not answer within {max(seconds, 0):.0f} s (is it a Ray GCS "

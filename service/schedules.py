@@ -26,6 +26,7 @@ from posbias.schemas import (
     JobStatus,
     NotFoundError,
     PosbiasError,
+    UsageError,
     one_line,
 )
 from posbias.schemas.bounds import INT64_MAX, check_shape
@@ -125,7 +126,7 @@ class CheckpointRecord:
 # --- managing schedules ---------------------------------------------------------------------------------
 
 
-class ScheduleSpecError(PosbiasError):
+class ScheduleSpecError(UsageError):
     """A schedule's spec template, or its baseline, that cannot be used as given: the caller must change
     it (the command's usage error)."""
 
@@ -212,7 +213,10 @@ def add_schedule(
     elif not HUB_REPO.match(source.repo):
         raise PosbiasError(f"{source.repo!r} is not a Hugging Face repository id (owner/name)")
     spec = template_spec(template, model="checkpoint")
-    check_pool(spec, pool=load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir))
+    check_pool(
+        spec,
+        pool=load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir, datasets_dir=settings.datasets_dir),
+    )
     if rule.max_shift is not None and max(spec.batch_sizes) < 2:
         raise PosbiasError(
             "--max-shift compares last-minus-first contrasts: the template needs a batch size above 1"

@@ -55,6 +55,12 @@ class Settings(BaseSettings):
         None,
         description="Local MMLU copy (release CSVs or cais/mmlu JSONL); used when the hub is unreachable.",
     )
+    datasets_dir: Path | None = Field(
+        None,
+        description="Folder of local copies of the named datasets, one subfolder each "
+        "(`arc-challenge/test.jsonl`, ...; `posbias datasets` lists them); a dataset with a copy there is "
+        "read from it, not from the hub.",
+    )
     cache_dir: Path = Field(
         default_factory=_default_cache_dir, description="Cache for converted models and downloaded data."
     )
@@ -147,6 +153,11 @@ class Settings(BaseSettings):
         None, max_length=4096, description="URL to POST a schedule's regression verdicts to."
     )
     debug: bool = Field(False, description="Show tracebacks.")
+    verbose: bool = Field(
+        False,
+        description="Show Ray's notices and its workers' logs on the terminal (otherwise they stay in Ray's "
+        "log folder, /tmp/ray/session_latest/logs for a local Ray).",
+    )
 
     @model_validator(mode="after")
     def _check_texts(self) -> Self:

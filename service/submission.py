@@ -27,14 +27,16 @@ from posbias.schemas import (
     Plan,
     PosbiasError,
     QuestionPool,
+    Trial,
     one_line,
 )
 from posbias.service import context, costs, planner
 from posbias.service.datasets import check_pool, load_questions
+from posbias.service.model_names import check_model_name
 from posbias.service.settings import Settings
 from posbias.workers.engine import Tokenizer
 from posbias.workers.filler import read_source as filler_source
-from posbias.workers.models import check_model_source, model_context_limit
+from posbias.workers.models import model_context_limit
 
 _UNBOUNDED = 10**8
 """Tokenizers without a stated limit report a huge `model_max_length` (transformers uses 1e30)."""
@@ -82,11 +84,11 @@ def prepare(
     its endpoint and refuse what it cannot do, and (`check_cost`) a job over its cost guard. Raises
     `PosbiasError` naming the fix."""
     check_size(spec, settings=settings)
-    if spec.engine.name is EngineName.vllm:
-        check_model_source(spec.model)
+    if spec.engine.name in (EngineName.vllm, EngineName.hf):
+        check_model_name(spec.model, revision=spec.revision)
         spec = with_variants(spec, settings=settings)
     spec = read_filler(spec)
-    pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir)
+    pool = load_questions(spec.dataset, mmlu_dir=settings.mmlu_dir, datasets_dir=settings.datasets_dir)
     check_pool(spec, pool=pool)
     plan = planner.plan(spec, pool=pool, on_progress=on_progress)
     if spec.engine.name is EngineName.openai:
@@ -260,13 +262,14 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = SAMPLE_TRIA
     designs = []
     for n in spec.batch_sizes:
         trials = [t for t in plan.trials if t.batch_size == n]
+        by_level: dict[int, list[Trial]] = {}
+        for t in trials:  # grouped once: 5,000 filler lengths would scan the trials 5,000 times
+            by_level.setdefault(t.filler_tokens, []).append(t)
         lengths: dict[int, list[int]] = {}
         distances: dict[int, list[int]] = {}
         for level in spec.filler_lengths:
             # A sample per filler length: the first sets, at this length.
-            for trial in [t for t in trials if t.filler_tokens == level][
-                : max(1, sample // len(spec.filler_lengths))
-            ]:
+            for trial in by_level.get(level, [])[: max(1, sample // len(spec.filler_lengths))]:
                 rendered = render(
                     trial,
                     questions=plan.questions,
@@ -302,7 +305,7 @@ def dry_run(prepared: Prepared, *, settings: Settings, sample: int = SAMPLE_TRIA
                 DesignEstimate(
                     batch_size=n,
                     filler_tokens=level,
-                    trials=sum(1 for t in trials if t.filler_tokens == level),
+                    trials=len(by_level.get(level, [])),
                     mean_prompt_tokens=statistics.fmean(found),
                     max_prompt_tokens=max(found),
                     min_distance=min(near, default=None),
@@ -352,7 +355,7 @@ def _local_tokenizer(spec: JobSpec, *, settings: Settings) -> tuple[Tokenizer | 
         )
     except Exception as exc:  # a model folder whose tokenizer transformers cannot read; its load will say so
         why = f"the model's tokenizer cannot be read here: {one_line(exc, typed=True)}"
-        return None, f"estimated at 4 characters a token ({why})"
+        return None, f"an estimate of 4 characters a token ({why})"
     if tokenizer is None:
-        return None, "estimated at 4 characters a token (the model's tokenizer is not on this machine)"
+        return None, "an estimate of 4 characters a token (the model's tokenizer is not on this machine)"
     return tokenizer, "the model's tokenizer"

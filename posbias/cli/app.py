@@ -15,11 +15,14 @@ from typing import Annotated, NoReturn
 
 import typer
 
-import posbias
 from posbias.cli import compare, curves, db, errors, explain, export, jobs, models, schedule, submit, worker
-from posbias.cli.common import err, out
-from posbias.cli.errors import BadUsage
-from posbias.schemas import PosbiasError, RotationCostWarning
+from posbias.cli import datasets as datasets_command
+from posbias.cli import help as help_format
+from posbias.cli import report as report_command
+from posbias.cli import serve as serve_command
+from posbias.cli import trial as trial_command
+from posbias.cli.common import SettingsLoader, err, out
+from posbias.schemas import RotationCostWarning
 
 app = typer.Typer(
     name="posbias",
@@ -30,8 +33,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-for module in (submit, worker, jobs, curves, compare, explain, export, models):
+for module in (submit, worker, jobs, curves, compare, explain, export, models, trial_command):
     module.register(app)
+report_command.register(app)
+for extra in (datasets_command, serve_command):
+    extra.register(app)
 app.add_typer(db.app, name="db")
 app.add_typer(schedule.app, name="schedule")
 
@@ -52,16 +58,21 @@ def _print_version(value: bool) -> None:
 def _main(
     ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and engine logs.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", help="Show Ray's notices and its workers' logs (otherwise kept in Ray's log folder)."
+        ),
+    ] = False,
     show_version: Annotated[
         bool,
         typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version),
     ] = False,
 ) -> None:
-    try:
-        settings = posbias.load_settings()  # an invalid setting or a malformed URL is one to fix: exit 2
-    except PosbiasError as exc:
-        raise BadUsage(str(exc)) from None
-    ctx.obj = settings.model_copy(update={"debug": True}) if debug else settings
+    changes = {key: True for key, on in (("debug", debug), ("verbose", verbose)) if on}
+    # Read when a command first needs them, after its flags are parsed: a usage error comes before the
+    # imports that reading them costs (the API, the store's drivers).
+    ctx.obj = SettingsLoader(changes)
 
 
 def main() -> NoReturn:
@@ -74,7 +85,7 @@ def run(args: Sequence[str]) -> int:
 
     With `--debug` among the arguments, tracebacks too.
     """
-    command = typer.main.get_command(app)
+    command = help_format.tidy(typer.main.get_command(app))
     debug = "--debug" in args
     try:
         with warnings.catch_warnings():

@@ -29,9 +29,33 @@ BatchSizeOpt = Annotated[
 ]
 
 
+class SettingsLoader:
+    """The one `Settings` of a command, read on first use (`settings_of`), with the global flags' changes."""
+
+    def __init__(self, changes: Mapping[str, Any]) -> None:
+        self._changes = dict(changes)
+        self._settings: posbias.Settings | None = None
+
+    def load(self) -> posbias.Settings:
+        """The settings; an invalid setting or a malformed URL is a usage error (exit 2)."""
+        if self._settings is None:
+            from posbias.cli.errors import BadUsage
+            from posbias.schemas import PosbiasError
+
+            try:
+                settings = posbias.load_settings()
+            except PosbiasError as exc:
+                raise BadUsage(str(exc)) from None
+            self._settings = settings.model_copy(update=self._changes) if self._changes else settings
+        return self._settings
+
+
 def settings_of(ctx: typer.Context) -> posbias.Settings:
-    """The one `Settings` the app's callback read for this command."""
-    settings: posbias.Settings = ctx.obj
+    """The one `Settings` of this command (read once, when first asked for)."""
+    found = ctx.obj
+    if isinstance(found, SettingsLoader):
+        return found.load()
+    settings: posbias.Settings = found
     return settings
 
 

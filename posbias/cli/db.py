@@ -34,7 +34,7 @@ def db_upgrade(
         version = posbias.upgrade_store(revision, settings=settings_of(ctx), force=force)
     except posbias.RevisionError as exc:
         raise BadUsage(str(exc)) from None
-    out.print(f"{version.store} is at {version.current or 'base'}")
+    out.print(_in_words(version))
 
 
 @app.command("downgrade")
@@ -50,7 +50,7 @@ def db_downgrade(
         version = posbias.downgrade_store(revision, settings=settings_of(ctx))
     except posbias.RevisionError as exc:
         raise BadUsage(str(exc)) from None
-    out.print(f"{version.store} is at {version.current or 'base'}")
+    out.print(_in_words(version))
 
 
 @app.command("current")
@@ -77,3 +77,15 @@ def db_current(
     else:
         state = "up to date" if version.up_to_date else "run `posbias db upgrade`"
         out.print(f"current: {now or 'none (never upgraded)'}; newest: {head} ({state})")
+
+
+def _in_words(version: posbias.StoreVersion) -> str:
+    """Where the store's schema stands, in words (the revision numbers in brackets)."""
+    if version.current is None:
+        return f"the store {version.store} holds no posbias tables (every one removed)"
+    if version.up_to_date:
+        return f"the store {version.store} is ready: its schema is this posbias's newest ({version.head})"
+    return (
+        f"the store {version.store} has an older schema ({version.current}; this posbias's newest is "
+        f"{version.head}): `posbias db upgrade` brings it up to date"
+    )

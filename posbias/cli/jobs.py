@@ -43,7 +43,7 @@ def status(
         for j in found:
             table.add_row(
                 str(j.id),
-                j.model,
+                j.model + (" (quick look)" if j.spec.quick_look else ""),
                 j.status.value,
                 ",".join(map(str, j.spec.batch_sizes)),
                 f"{j.progress.trials_finished}/{j.progress.trials_total}",
@@ -81,6 +81,11 @@ def status(
     )
     if record.error:
         out.print(f"error: {record.error}")
+    if record.spec.limit is not None:
+        out.print(
+            f"quick look: the first {record.spec.limit} trials of each batch size; left out of the model's "
+            f"curves (see them with `posbias curve --job {record.id}`)"
+        )
     if record.spec.engine.trust_remote_code:
         out.print("the model's own code: runs on the workers (engine.trust_remote_code: true)")
     if record.context:
@@ -129,6 +134,7 @@ def _job_json(job: JobRecord) -> dict[str, Any]:
         "status": job.status.value,
         "priority": job.priority,
         "batch_sizes": list(job.spec.batch_sizes),
+        "quick_look": job.spec.limit,
         "trials_total": progress.trials_total,
         "trials_done": progress.trials_done,
         "trials_skipped": progress.trials_skipped,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -10,18 +12,24 @@ from rich.table import Table
 import posbias
 from posbias.cli.common import JsonOpt, out, print_json, settings_of, text
 
-
-def register(app: typer.Typer) -> None:
-    """Add `models` to the app."""
-    app.command()(models)
+app = typer.Typer(invoke_without_command=True)
 
 
+def register(parent: typer.Typer) -> None:
+    """Add `models` (and `models build-tiny`) to the app."""
+    parent.add_typer(app, name="models")
+
+
+@app.callback()
 def models(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """Stored model metadata: layers, sliding window and which layers use it, RoPE base, context. A model
-    run with config changes (a job's variant) has a row of its own, as vLLM built it.
+    """Stored model metadata: layers, sliding window and which layers use it, RoPE base, context (with no
+    subcommand); `build-tiny`: a tiny model to try things on. A model run with config changes (a job's
+    variant) has a row of its own, as vLLM built it.
 
-    Example: posbias models --json
+    Example: posbias models --json   (posbias models build-tiny gemma2 ./tiny-gemma2: a model to try)
     """
+    if ctx.invoked_subcommand is not None:
+        return
     found = posbias.models(settings=settings_of(ctx))
     if as_json:
         print_json([m.model_dump(mode="json") for m in found])
@@ -55,3 +63,34 @@ def models(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             json.dumps(m.hf_overrides, separators=(",", ":"))[:80] if m.hf_overrides else "",
         )
     out.print(table if found else "no models yet: they are recorded when a job's first results arrive")
+
+
+@app.command("build-tiny")
+def build_tiny(
+    architecture: Annotated[
+        str, typer.Argument(metavar="ARCH", help="llama, gemma2 or gemma3.", show_default=False)
+    ],
+    folder: Annotated[
+        Path, typer.Argument(metavar="DIR", help="A new (or empty) folder.", show_default=False)
+    ],
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.", min=0, max=2**31 - 1)] = 0,
+    layers: Annotated[int, typer.Option(help="Layers (gemma3: every sixth is global).", min=1, max=64)] = 4,
+    sliding_window: Annotated[
+        int, typer.Option(help="gemma2, gemma3: the sliding window in tokens.", min=1, max=1_000_000)
+    ] = 64,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a tiny random-weights model (hidden size 64, two heads of 32) that vLLM's CPU build loads in
+    seconds: the models the tests use, to try variants and designs without a GPU. Its answers are noise;
+    its architecture is real (Gemma 2: a window on every other layer; Gemma 3: five sliding layers per global
+    one; Llama: none).
+
+    Example: posbias models build-tiny gemma2 ./tiny-gemma2 --sliding-window 64
+    """
+    built = posbias.build_tiny_model(
+        folder, architecture=architecture, seed=seed, num_layers=layers, sliding_window=sliding_window
+    )
+    if as_json:
+        print_json({"architecture": architecture, "folder": str(built)})
+        return
+    out.print(f"wrote a tiny {architecture} model to {built}; try it: posbias run --model {built} ...")

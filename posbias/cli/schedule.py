@@ -14,7 +14,7 @@ from rich.table import Table
 
 import posbias
 from posbias.cli.common import JsonOpt, err, out, print_json, settings_of
-from posbias.schemas import Interval, PosbiasError
+from posbias.schemas import FINISHED_JOB_STATUSES, Interval, PosbiasError
 from posbias.schemas.bounds import MAX_BATCH_SIZE
 from posbias.schemas.schedule import HubRevisions, PositionDrop, RegressionRule
 
@@ -247,16 +247,38 @@ def tick(
             help="Exit 1 while a schedule's newest compared checkpoint is a regression (for CI gates)."
         ),
     ] = False,
+    run: Annotated[
+        bool,
+        typer.Option(
+            "--run",
+            help="Also run the schedules' unfinished jobs here (a local Ray, as `posbias worker`), then "
+            "judge them: one CI step instead of tick, worker, tick.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find new checkpoints, submit their jobs, judge finished ones against the baseline, post verdicts to
-    POSBIAS_WEBHOOK_URL. Safe to run from cron every few minutes, even two at once; runs no job itself.
+    POSBIAS_WEBHOOK_URL. Safe to run from cron every few minutes, even two at once; runs no job itself
+    unless --run.
 
-    Example: posbias schedule tick nightly --fail-on-regression
+    Example: posbias schedule tick nightly --run --fail-on-regression
     """
-    done = posbias.tick_schedules(name, settings=settings_of(ctx))
+    settings = settings_of(ctx)
+    done = posbias.tick_schedules(name, settings=settings)
+    ran: list[int] = []
+    before = done
+    if run:
+        ran = _unfinished_jobs(name, settings=settings)
+        if not as_json:
+            _print_tick(before)
+            out.print(f"running jobs {', '.join(map(str, ran))} here" if ran else "no jobs to run")
+        if ran:
+            posbias.dispatch(ran, settings=settings)
+        done = posbias.tick_schedules(name, settings=settings)
     if as_json:
-        print_json(_tick_json(done))
+        print_json(
+            {**_tick_json(done), **({"ran_jobs": ran, "first_tick": _tick_json(before)} if run else {})}
+        )
     else:
         _print_tick(done)
     if fail_on_regression and done.regressions:
@@ -265,6 +287,19 @@ def tick(
         raise PosbiasError(
             f"regression: {named} ({first.reason}); see `posbias schedule report {first.schedule}`"
         )
+
+
+def _unfinished_jobs(name: str | None, *, settings: posbias.Settings) -> list[int]:
+    """The jobs of the schedules (or of schedule `name`) that have not finished, oldest first."""
+    states = (
+        [posbias.schedule(name, settings=settings)] if name else posbias.list_schedules(settings=settings)
+    )
+    return sorted(
+        c.job_id
+        for state in states
+        for c in state.checkpoints
+        if c.job_id is not None and c.job_status is not None and c.job_status not in FINISHED_JOB_STATUSES
+    )
 
 
 def _print_tick(done: posbias.TickReport) -> None:

@@ -4,11 +4,12 @@ become a `JobSpec`: a spec file (YAML or JSON) overridden by the flags, validate
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ import typer
 import posbias
 from posbias.cli.common import err
 from posbias.cli.errors import BadUsage
+from posbias.cli.spec_panels import dressed
 from posbias.schemas import (
     AnswerMode,
     AnswerOrder,
@@ -27,6 +29,7 @@ from posbias.schemas import (
     FakeAxis,
     FillerPlace,
     JobSpec,
+    ModelNotCheckedWarning,
     PosbiasError,
     RotationCostWarning,
 )
@@ -71,7 +74,7 @@ FillerTokensOpt = Annotated[
 ]
 FillerWhereOpt = Annotated[
     FillerPlace | None,
-    typer.Option(help="Where filler goes: before the questions, after question K, or at the end (default)."),
+    typer.Option(help="Where filler goes: before the questions, after question K, or at the end."),
 ]
 FillerAfterOpt = Annotated[
     int | None,
@@ -79,7 +82,7 @@ FillerAfterOpt = Annotated[
 ]
 FillerSourceOpt = Annotated[
     str | None,
-    typer.Option(help="Filler text: builtin (default; neutral sentences) or a UTF-8 text file."),
+    typer.Option(help="Filler text: builtin (neutral sentences) or a UTF-8 text file."),
 ]
 AnswerModeOpt = Annotated[
     AnswerMode | None, typer.Option(help="free (parse what the model writes) or constrained (regex-forced).")
@@ -87,9 +90,31 @@ AnswerModeOpt = Annotated[
 TpOpt = Annotated[
     int | None, typer.Option(help="GPUs per engine (tensor parallel); one actor reserves them.")
 ]
-SubjectsOpt = Annotated[str | None, typer.Option(help="Comma-separated MMLU subjects (default: all).")]
-SplitOpt = Annotated[str | None, typer.Option(help="Dataset split (default: test).")]
-DatasetOpt = Annotated[str | None, typer.Option(help="Dataset: hub id (default cais/mmlu) or a local path.")]
+SubjectsOpt = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated subjects (MMLU's, MMLU-Pro's categories).", show_default="all"),
+]
+SplitOpt = Annotated[
+    str | None, typer.Option(help="Dataset split.", show_default="the dataset's: test, or validation")
+]
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Dataset: a name (mmlu, mmlu-pro, arc-challenge, arc-easy, commonsense-qa, openbookqa, "
+        "hellaswag; `posbias datasets` lists them), a hub id, or a local file.",
+        show_default="mmlu",
+    ),
+]
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="A quick look: only the first K trials of each batch size, as a job of its own, marked as a "
+        "quick look and left out of the model's curves.",
+        min=1,
+        max=1_000_000,
+        show_default="every trial",
+    ),
+]
 ShuffleOpt = Annotated[
     bool | None, typer.Option("--shuffle-choices/--no-shuffle-choices", help="Shuffle options.")
 ]
@@ -223,6 +248,7 @@ def build_spec(
     hf_overrides: str | None = None,
     fake_depends_on: FakeAxis | None = None,
     fake_window: int | None = None,
+    limit: int | None = None,
 ) -> tuple[JobSpec, list[str]]:
     overrides: dict[str, Any] = {}
     if variant:
@@ -240,6 +266,7 @@ def build_spec(
         "shuffle_choices": shuffle_choices,
         "chat_template": chat_template,
         "priority": priority,
+        "limit": limit,
     }
     overrides.update({k: v for k, v in top.items() if v is not None})
     data_set: dict[str, Any] = {"subjects": subjects, "split": split}
@@ -322,14 +349,19 @@ def _json_mapping(text: str, *, flag: str) -> dict[str, Any]:
     return value
 
 
-SPEC_FLAGS: dict[str, Any] = {
+_FLAGS: dict[str, Any] = {
     "spec_file": SpecFile,
     "model": ModelOpt,
     "revision": RevisionOpt,
     "tokenizer": TokenizerOpt,
+    "dataset": DatasetOpt,
+    "subjects": SubjectsOpt,
+    "split": SplitOpt,
     "batch_sizes": BatchSizesOpt,
     "iterations": IterationsOpt,
+    "limit": LimitOpt,
     "seed": SeedOpt,
+    "priority": PriorityOpt,
     "design": DesignOpt,
     "answer_mode": AnswerModeOpt,
     "answer_order": AnswerOrderOpt,
@@ -337,19 +369,14 @@ SPEC_FLAGS: dict[str, Any] = {
     "filler_where": FillerWhereOpt,
     "filler_after": FillerAfterOpt,
     "filler_source": FillerSourceOpt,
-    "tensor_parallel_size": TpOpt,
-    "subjects": SubjectsOpt,
-    "split": SplitOpt,
-    "dataset": DatasetOpt,
     "shuffle_choices": ShuffleOpt,
     "chat_template": ChatOpt,
+    "variant": VariantOpt,
+    "hf_overrides": HfOverridesOpt,
+    "engine": EngineOpt,
+    "tensor_parallel_size": TpOpt,
     "max_model_len": MaxLenOpt,
     "dtype": DtypeOpt,
-    "priority": PriorityOpt,
-    "engine": EngineOpt,
-    "fake_first": FakeFirstOpt,
-    "fake_last": FakeLastOpt,
-    "fake_malformed": FakeMalformedOpt,
     "base_url": BaseUrlOpt,
     "endpoint_model": EndpointModelOpt,
     "api_key_env": ApiKeyEnvOpt,
@@ -361,11 +388,15 @@ SPEC_FLAGS: dict[str, Any] = {
     "max_retries": RetriesOpt,
     "max_job_tokens": JobTokensOpt,
     "option_probs": OptionProbsOpt,
-    "variant": VariantOpt,
-    "hf_overrides": HfOverridesOpt,
+    "fake_first": FakeFirstOpt,
+    "fake_last": FakeLastOpt,
+    "fake_malformed": FakeMalformedOpt,
     "fake_depends_on": FakeDependsOpt,
     "fake_window": FakeWindowOpt,
 }
+
+
+SPEC_FLAGS: dict[str, Any] = dressed(_FLAGS)
 """Every job-spec flag, declared once: `submit` and `run` take them all (see `takes_spec`)."""
 
 
@@ -374,9 +405,25 @@ CAUTIONS = "posbias.spec_warnings"
 
 
 def print_cautions(ctx: typer.Context) -> None:
-    """The warnings the spec raised, on stderr (once the job is accepted)."""
-    for caution in ctx.meta.pop(CAUTIONS, []):
+    """The warnings the spec raised and those `caught_cautions` caught so far, on stderr (once the job is
+    accepted), each once."""
+    caught = [str(w.message) for w in ctx.meta.get(CAUGHT, [])]
+    del ctx.meta.get(CAUGHT, [])[:]
+    for caution in [*ctx.meta.pop(CAUTIONS, []), *caught]:
         err.print(f"warning: {caution}", markup=False)
+
+
+CAUGHT = "posbias.caught_warnings"
+"""Where `caught_cautions` collects the API's warnings for the user (a model name it could not check)."""
+
+
+@contextlib.contextmanager
+def caught_cautions(ctx: typer.Context) -> Iterator[None]:
+    """Collect the API's warnings meant for the user (`ModelNotCheckedWarning`) for `print_cautions`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ModelNotCheckedWarning)
+        ctx.meta[CAUGHT] = caught
+        yield
 
 
 def takes_spec(command: Callable[..., None]) -> Callable[..., None]:

