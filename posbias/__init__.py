@@ -47,6 +47,10 @@ if TYPE_CHECKING:
         submit,
         unchecked_overrides,
     )
+    from posbias.attention import attention_curves, plot_attention
+    from posbias.frames import plot_format, results, trial, trials
+    from posbias.options import options_by_position
+    from posbias.reports import report, viewer
     from posbias.schedules import (
         ScheduleState,
         add_schedule,
@@ -58,7 +62,7 @@ if TYPE_CHECKING:
         schedule_report,
         tick_schedules,
     )
-    from posbias.schemas import PosbiasError
+    from posbias.schemas import PosbiasError, UsageError
     from posbias.service.checkpoints import FolderSource, HubSource
     from posbias.service.export import OutputExists
     from posbias.service.migrate import RevisionError
@@ -67,6 +71,7 @@ if TYPE_CHECKING:
     from posbias.service.schedules import CheckpointRecord, ScheduleRecord, ScheduleSpecError
     from posbias.service.settings import Settings
     from posbias.store import StoreVersion, downgrade_store, store_problem, store_version, upgrade_store
+    from posbias.toolbox import build_tiny_model, named_datasets, serve_command
 
 __all__ = [
     "CheckpointRecord",
@@ -82,7 +87,10 @@ __all__ = [
     "Settings",
     "StoreVersion",
     "TickReport",
+    "UsageError",
     "add_schedule",
+    "attention_curves",
+    "build_tiny_model",
     "cancel",
     "compare",
     "curves",
@@ -99,24 +107,34 @@ __all__ = [
     "load_questions",
     "load_settings",
     "models",
+    "named_datasets",
+    "options_by_position",
     "pause_schedule",
     "plan",
+    "plot_attention",
     "plot_curves",
+    "plot_format",
     "plot_heatmap",
     "progress",
     "remove_schedule",
+    "report",
+    "results",
     "resume_schedule",
     "retry",
     "run",
     "schedule",
     "schedule_report",
+    "serve_command",
     "shards",
     "store_problem",
     "store_version",
     "submit",
     "tick_schedules",
+    "trial",
+    "trials",
     "unchecked_overrides",
     "upgrade_store",
+    "viewer",
 ]
 
 _HOMES = {
@@ -138,12 +156,18 @@ _HOMES = {
         ["StoreVersion", "downgrade_store", "store_problem", "store_version", "upgrade_store"],
         "posbias.store",
     ),
+    **dict.fromkeys(["build_tiny_model", "named_datasets", "serve_command"], "posbias.toolbox"),
+    **dict.fromkeys(["plot_format", "results", "trial", "trials"], "posbias.frames"),
+    "options_by_position": "posbias.options",
+    **dict.fromkeys(["attention_curves", "plot_attention"], "posbias.attention"),
+    **dict.fromkeys(["report", "viewer"], "posbias.reports"),
     # The records and errors the API returns and raises, where they are defined.
     "CheckpointRecord": "posbias.service.schedules",
     "FolderSource": "posbias.service.checkpoints",
     "HubSource": "posbias.service.checkpoints",
     "OutputExists": "posbias.service.export",
     "PosbiasError": "posbias.schemas",
+    "UsageError": "posbias.schemas",
     "RevisionError": "posbias.service.migrate",
     "ScheduleRecord": "posbias.service.schedules",
     "ScheduleReport": "posbias.service.schedule_report",

@@ -8,7 +8,11 @@ called alike.
 Each function takes its main argument positionally and everything else by keyword. `settings` defaults to
 `Settings()` (environment variables `POSBIAS_*`, or `.env`), so the store is `POSBIAS_DATABASE_URL`, as for
 the command. Every function returns pydantic records (`posbias.schemas`); curves and comparisons have a
-`to_pandas()`. Problems the caller can fix raise `PosbiasError` with a message that names the fix.
+`to_pandas()`. Problems the caller can fix raise `PosbiasError` with a message that names the fix, the line
+the command prints for the same input: `UsageError` for an argument to change (a value out of range or of
+the wrong type; the command's exit code 2), `NotFoundError` and `ConflictError` for what the store holds,
+and a `PosbiasError` for a failure of the store, of a file or of the disk. Nothing else escapes a public
+function but a bug, an interrupt, or an exception raised by the caller's own callback.
 
     import posbias
 
@@ -24,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from posbias import edge
 from posbias.schemas import (
     BASELINE,
     Comparison,
@@ -42,7 +47,6 @@ from posbias.schemas import (
     JobStatus,
     ModelInfo,
     Plan,
-    PosbiasError,
     QuestionPool,
     RunOutcome,
     ShardRecord,
@@ -67,7 +71,10 @@ it), or a `CurveQuery`."""
 
 def _settings(settings: Settings | None) -> Settings:
     # With `_store`, shared by the API's other modules (`posbias/schedules.py`, `posbias/store.py`).
-    return settings if settings is not None else environment.load_settings()
+    if settings is None:
+        return environment.load_settings()
+    given: Settings = edge.typed(settings, Settings, what="settings", kind="a posbias.Settings")
+    return given
 
 
 def _spec(spec: SpecLike) -> JobSpec:
@@ -75,7 +82,7 @@ def _spec(spec: SpecLike) -> JobSpec:
         return spec
     if isinstance(spec, str | Path):
         return JobSpec.from_file(spec)
-    return JobSpec.build(dict(spec), source="spec")
+    return JobSpec.build(dict(edge.typed(spec, Mapping, what="spec", kind=edge.SPEC_KINDS)), source="spec")
 
 
 @contextmanager
@@ -90,6 +97,7 @@ def _store(settings: Settings, *, read_only: bool = False) -> Iterator[Database]
 # --- settings ----------------------------------------------------------------------------------------
 
 
+@edge.public
 def load_settings() -> Settings:
     """The settings of this process (`POSBIAS_*` variables, then `.env`), read once as the command reads
     them: `PosbiasError` naming the fix for an invalid value or a malformed `POSBIAS_DATABASE_URL`, before
@@ -102,16 +110,19 @@ def load_settings() -> Settings:
 # --- questions and plans ------------------------------------------------------------------------------
 
 
+@edge.public
 def load_questions(
     dataset: DatasetSpec | Mapping[str, Any] | None = None, *, settings: Settings | None = None
 ) -> QuestionPool:
     """The questions a dataset spec names (default: MMLU's test split, from the hub or POSBIAS_MMLU_DIR)."""
     from posbias.service import datasets
 
-    spec = dataset if isinstance(dataset, DatasetSpec) else DatasetSpec.model_validate(dict(dataset or {}))
-    return datasets.load_questions(spec, mmlu_dir=_settings(settings).mmlu_dir)
+    spec = edge.dataset(dataset)
+    found = _settings(settings)
+    return datasets.load_questions(spec, mmlu_dir=found.mmlu_dir, datasets_dir=found.datasets_dir)
 
 
+@edge.public
 def dataset_source(name: str) -> dict[str, str]:
     """A dataset named by one string, as a spec's `dataset` block gives it: `{"path": name}` when `name` is
     meant as a local file or folder (it exists, or starts or ends like a path, or is no hub id), even when it
@@ -119,18 +130,23 @@ def dataset_source(name: str) -> dict[str, str]:
     `{"name": name}` (a hub id)."""
     from posbias.service import datasets
 
+    name = edge.text(name, what="a dataset")
     return {"path" if datasets.looks_local(name) else "name": name}
 
 
+@edge.public
 def unchecked_overrides(spec: JobSpec, variant: Variant) -> list[str]:
     """The config changes `variant` makes (with the spec's own `hf_overrides`) that are passed to the engine
     but not read back from the built model: only sliding windows and RoPE bases are checked after loading."""
     from posbias.schemas.variant import merge_overrides
     from posbias.workers.variants import unverified_keys
 
+    edge.typed(spec, JobSpec, what="spec", kind="a JobSpec")
+    edge.typed(variant, Variant, what="variant", kind="a Variant")
     return unverified_keys(merge_overrides(spec.engine.hf_overrides, variant.hf_overrides))
 
 
+@edge.public
 def plan(spec: SpecLike, *, settings: Settings | None = None) -> Plan:
     """The trials and shards `spec` would run, with the questions they use (the same on any machine)."""
     from posbias.service import submission
@@ -138,18 +154,26 @@ def plan(spec: SpecLike, *, settings: Settings | None = None) -> Plan:
     return submission.prepare(_spec(spec), settings=_settings(settings)).plan
 
 
-def dry_run(spec: SpecLike, *, settings: Settings | None = None) -> DryRun:
-    """Trials, shards and prompt tokens per batch size, without enqueueing anything."""
+@edge.public
+def dry_run(
+    spec: SpecLike,
+    *,
+    settings: Settings | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> DryRun:
+    """Trials, shards and prompt tokens per batch size, without enqueueing anything. `on_progress(trials
+    planned, total)` is called while a large plan is built, as for `submit`."""
     from posbias.service import submission
 
     settings = _settings(settings)
-    prepared = submission.prepare(_spec(spec), settings=settings, check_cost=False)
+    prepared = submission.prepare(_spec(spec), settings=settings, check_cost=False, on_progress=on_progress)
     return submission.dry_run(prepared, settings=settings)
 
 
 # --- jobs ---------------------------------------------------------------------------------------------
 
 
+@edge.public
 def submit(
     spec: SpecLike,
     *,
@@ -175,6 +199,7 @@ def submit(
         )
 
 
+@edge.public
 def dispatch(
     job_ids: Collection[int] | None = None,
     *,
@@ -193,6 +218,13 @@ def dispatch(
     from posbias.service.dispatcher import Dispatcher
     from posbias.service.ray_connect import init_ray
 
+    if job_ids is not None:
+        job_ids = [
+            edge.job_id(i)
+            for i in edge.typed(job_ids, Collection, what="job_ids", kind="a collection of ids")
+        ]
+    if max_jobs is not None:
+        max_jobs = edge.whole(max_jobs, what="max_jobs", low=1, high=1_000_000)
     settings = _settings(settings)
     with _store(settings) as db:
         init_ray(settings)
@@ -205,6 +237,7 @@ def dispatch(
             dispatcher.close()
 
 
+@edge.public
 def run(
     spec: SpecLike,
     *,
@@ -241,12 +274,15 @@ def run(
     return RunOutcome(job=record, curves=tuple(found), dispatch=summary)
 
 
+@edge.public
 def job(job_id: int, *, settings: Settings | None = None) -> JobRecord:
     """One job, with its progress. `NotFoundError` when there is none."""
+    job_id = edge.job_id(job_id)
     with _store(_settings(settings), read_only=True) as db:
         return job_store.get(db, job_id)
 
 
+@edge.public
 def jobs(
     *,
     settings: Settings | None = None,
@@ -255,33 +291,44 @@ def jobs(
     limit: int | None = None,
 ) -> list[JobRecord]:
     """Jobs, newest first, with their progress; optionally only those with `status` or of `model`."""
+    status = None if status is None else edge.choice(JobStatus, status, what="status")
+    model = None if model is None else edge.text(model, what="model")
+    limit = None if limit is None else edge.whole(limit, what="limit", low=1, high=1_000_000)
     with _store(_settings(settings), read_only=True) as db:
         return job_store.find(db, status=status, model=model, limit=limit)
 
 
+@edge.public
 def progress(job_id: int, *, settings: Settings | None = None) -> JobProgress:
     """How far a job has got: trials done and skipped, shards by status."""
+    job_id = edge.job_id(job_id)
     with _store(_settings(settings), read_only=True) as db:
         return job_store.progress(db, job_id)
 
 
+@edge.public
 def shards(job_id: int, *, settings: Settings | None = None) -> list[ShardRecord]:
     """A job's shards in order: status, attempts, lease, last error."""
+    job_id = edge.job_id(job_id)
     with _store(_settings(settings), read_only=True) as db:
         return job_store.shards(db, job_id)
 
 
+@edge.public
 def cancel(job_id: int, *, settings: Settings | None = None) -> JobChange:
     """Cancel a job: queued shards are dropped, late results of running ones are discarded. Says how many
     shards were cancelled. `ConflictError` when it had already finished."""
+    job_id = edge.job_id(job_id)
     with _store(_settings(settings)) as db:
         count = job_store.cancel(db, job_id)
         return JobChange(job=job_store.get(db, job_id), shards=count)
 
 
+@edge.public
 def retry(job_id: int, *, settings: Settings | None = None) -> JobChange:
     """Put a failed job's dead shards back in the queue with fresh attempts. Says how many. `ConflictError`
     when it was cancelled or has no dead shards."""
+    job_id = edge.job_id(job_id)
     with _store(_settings(settings)) as db:
         count = job_store.retry(db, job_id)
         return JobChange(job=job_store.get(db, job_id), shards=count)
@@ -293,20 +340,21 @@ def retry(job_id: int, *, settings: Settings | None = None) -> JobChange:
 def _query(
     target: Target, *, revision: str | None, batch_size: int | None, variant: str | None = None
 ) -> CurveQuery:
+    batch_size = edge.batch_size(batch_size)
     if isinstance(target, CurveQuery):
         return target
-    if isinstance(target, bool):
-        raise PosbiasError("name a job id or a model, not a boolean")
+    edge.typed(target, int | str, what="a curve's target", kind="a job id, a model name or a CurveQuery")
     if isinstance(target, int):
-        return CurveQuery(job_id=target, batch_size=batch_size, variant=variant)
+        return CurveQuery(job_id=edge.job_id(target), batch_size=batch_size, variant=variant)
     job, colon, named = target.partition(":")
-    if job.isdigit():
+    if job.isascii() and job.isdecimal():
         return CurveQuery(
-            job_id=int(job), batch_size=batch_size, variant=(named if colon else variant) or None
+            job_id=edge.job_id(int(job)), batch_size=batch_size, variant=(named if colon else variant) or None
         )
     return CurveQuery(model=target, revision=revision, batch_size=batch_size, variant=variant)
 
 
+@edge.public
 def curves(
     target: Target,
     *,
@@ -321,10 +369,13 @@ def curves(
     batch-size order, the baseline first (`variant`: that one only): accuracy by position (or by token
     distance, `by`) with intervals. `NotFoundError` when there are no results."""
     query = _query(target, revision=revision, batch_size=batch_size, variant=variant)
+    by = edge.choice(CurveAxis, by, what="by")
+    bin_width = edge.whole(bin_width, what="bin width", low=1, high=10_000_000)
     with _store(_settings(settings), read_only=True) as db:
         return curve_reports.curves(db, query, by=by, bin_width=bin_width)
 
 
+@edge.public
 def compare(
     a: Target, b: Target, *, settings: Settings | None = None, batch_size: int | None = None
 ) -> Comparison:
@@ -332,6 +383,7 @@ def compare(
     a job (`compare("3:baseline", "3:global-only")`) answer the same trials: compared paired."""
     qa = _query(a, revision=None, batch_size=None)
     qb = _query(b, revision=None, batch_size=None)
+    batch_size = edge.batch_size(batch_size)
     with _store(_settings(settings), read_only=True) as db:
         if batch_size is None:
             sizes = set(curve_reports.batch_sizes(db, qa)) & set(curve_reports.batch_sizes(db, qb))
@@ -346,6 +398,7 @@ def compare(
         return curve_reports.compare(db, qa, qb, batch_size=batch_size)
 
 
+@edge.public
 def explain(
     job_ids: int | Collection[int],
     *,
@@ -358,44 +411,55 @@ def explain(
     distinguishable from zero and which the design cannot tell apart, and for a model with a sliding window
     whether there is a step at the window. `variant`: which of the jobs' variants (each is explained on its
     own, with the window its engine was built with). `NotFoundError` when there are no results."""
-    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
+    given = (
+        [job_ids] if isinstance(job_ids, int) else edge.typed(job_ids, Collection, what="job_ids", kind="ids")
+    )
+    ids = [edge.job_id(i) for i in given]
+    batch_size = edge.batch_size(batch_size)
+    variant = edge.text(variant, what="variant")
     with _store(_settings(settings), read_only=True) as db:
         return curve_reports.explain(db, ids, batch_size=batch_size, variant=variant)
 
 
+@edge.public
 def plot_curves(
     curves: Sequence[Curve],
     *,
     path: str | Path,
     labels: Sequence[str] | None = None,
     title: str | None = None,
+    band: bool = False,
+    chance: float | None = None,
 ) -> Path:
-    """Write `curves` as a PNG at `path`: one line per curve (accuracy by position, or by the curves' axis)
-    with its pointwise 95% interval shaded, chance level dashed; several variants are overlaid, one colour
-    per batch size and one line style per variant. `labels` name the lines (default: the batch size, and
-    the variant when there are several). Returns the path."""
+    """Write `curves` at `path` (.png, .pdf or .svg), a line per curve labelled by what differs (batch
+    size, filler, variant; `labels` instead), its pointwise 95% interval shaded and with `band` the
+    simultaneous band lighter; chance dashed (`chance` when the curves lack it). Returns the path."""
     from posbias.service import plot
 
-    return plot.plot_curves(curves, path=path, labels=labels, title=title)
+    out = edge.path(path, what="path")
+    return plot.plot_curves(curves, path=out, labels=labels, title=title, band=band, chance=chance)
 
 
+@edge.public
 def plot_heatmap(curves: Sequence[Curve], *, path: str | Path, title: str | None = None) -> Path:
-    """Write a PNG heatmap at `path`: accuracy by filler length (rows) and position (columns), one panel per
-    batch size, from the curves by position of a filler sweep (`curves(job)`, one per filler length).
-    Returns the path."""
+    """Write a heatmap at `path` (.png, .pdf or .svg): accuracy by filler length (rows) and position
+    (columns), one panel per batch size, from the curves by position of a filler sweep (`curves(job)`, one
+    per filler length). Returns the path."""
     from posbias.service import plot
 
-    return plot.plot_heatmap(curves, path=path, title=title)
+    return plot.plot_heatmap(curves, path=edge.path(path, what="path"), title=title)
 
 
+@edge.public
 def export_format(out: str | Path, format: str | None = None) -> str:
     """The format `export_results` would write `out` in: `format`, or the one `out`'s suffix names.
     `PosbiasError` when neither is csv or parquet (a check that needs no store)."""
     from posbias.service import export
 
-    return export.export_format(Path(out), format)
+    return export.export_format(edge.path(out, what="out"), edge.format_name(format))
 
 
+@edge.public
 def export_results(
     job_id: int,
     *,
@@ -409,10 +473,12 @@ def export_results(
     (`/dev/stdout`) is written to."""
     from posbias.service import export
 
+    job_id, path, format = edge.job_id(job_id), edge.path(out, what="out"), edge.format_name(format)
     with _store(_settings(settings), read_only=True) as db:
-        return export.export_results(db, job_id, path=Path(out), format=format, overwrite=overwrite)
+        return export.export_results(db, job_id, path=path, format=format, overwrite=overwrite)
 
 
+@edge.public
 def models(*, settings: Settings | None = None) -> list[ModelInfo]:
     """Every model with results: layers, sliding window and which layers use it, RoPE base, context."""
     with _store(_settings(settings), read_only=True) as db:

@@ -1,7 +1,28 @@
 """posbias.schemas: the pydantic records every part of posbias shares. No I/O happens here."""
 
-from posbias.schemas.curve import Comparison, Curve, CurveAxis, CurvePoint, CurveQuery, DiffPoint, Interval
-from posbias.schemas.dataset import DatasetSpec
+from posbias.schemas.attention import (
+    AnswerSheet,
+    AttentionCurve,
+    AttentionCurvePoint,
+    AttentionRow,
+    AttentionShard,
+    LayerCheck,
+    LayerKind,
+    MaskCanary,
+)
+from posbias.schemas.curve import (
+    BlockDiff,
+    Comparison,
+    Curve,
+    CurveAxis,
+    CurvePoint,
+    CurveQuery,
+    DiffPoint,
+    Interval,
+    OptionPoint,
+    OptionsView,
+)
+from posbias.schemas.dataset import NAMED_DATASETS, DatasetInfo, DatasetSpec, NamedDataset
 from posbias.schemas.endpoint import (
     Constraint,
     EndpointApi,
@@ -11,8 +32,17 @@ from posbias.schemas.endpoint import (
     TokenSource,
 )
 from posbias.schemas.engine import EngineName, EngineOptions
-from posbias.schemas.errors import ConflictError, NotFoundError, PosbiasError, RetryableError, one_line
-from posbias.schemas.fake import FakeAxis, FakeSpec
+from posbias.schemas.errors import (
+    ConflictError,
+    ModelNotCheckedWarning,
+    NotFoundError,
+    PosbiasError,
+    RetryableError,
+    UsageError,
+    foreign_problem,
+    one_line,
+)
+from posbias.schemas.fake import FakeAxis, FakeCollapse, FakeSpec
 from posbias.schemas.filler import FillerPlace, FillerSpec
 from posbias.schemas.job import JobSpec, RotationCostWarning
 from posbias.schemas.jobs import (
@@ -37,6 +67,7 @@ from posbias.schemas.modes import AnswerMode, AnswerOrder, ChatTemplateUse, Desi
 from posbias.schemas.prompt import PromptTemplate
 from posbias.schemas.record import Record
 from posbias.schemas.sampling import SamplingSpec
+from posbias.schemas.trial import AnswerView, PromptCheck, PromptSource, QuestionSpan, TrialView
 from posbias.schemas.variant import (
     BASELINE,
     Intervention,
@@ -56,6 +87,7 @@ from posbias.schemas.work import (
     Question,
     QuestionPool,
     QuestionResult,
+    ResultColumns,
     ShardFailure,
     ShardResult,
     ShardSpec,
@@ -68,9 +100,17 @@ from posbias.schemas.work import (
 __all__ = [
     "BASELINE",
     "FINISHED_JOB_STATUSES",
+    "NAMED_DATASETS",
     "AnswerMode",
     "AnswerOrder",
+    "AnswerSheet",
+    "AnswerView",
+    "AttentionCurve",
+    "AttentionCurvePoint",
+    "AttentionRow",
+    "AttentionShard",
     "BatchSizeEstimate",
+    "BlockDiff",
     "ChatTemplateUse",
     "CloseReport",
     "Comparison",
@@ -80,6 +120,7 @@ __all__ = [
     "CurveAxis",
     "CurvePoint",
     "CurveQuery",
+    "DatasetInfo",
     "DatasetSpec",
     "Design",
     "DesignEstimate",
@@ -95,6 +136,7 @@ __all__ = [
     "EngineOptions",
     "ExportSummary",
     "FakeAxis",
+    "FakeCollapse",
     "FakeSpec",
     "FillerPlace",
     "FillerSpec",
@@ -106,19 +148,30 @@ __all__ = [
     "JobRecord",
     "JobSpec",
     "JobStatus",
+    "LayerCheck",
     "LayerConfig",
+    "LayerKind",
     "LoadReport",
+    "MaskCanary",
     "ModelInfo",
+    "ModelNotCheckedWarning",
+    "NamedDataset",
     "NotFoundError",
+    "OptionPoint",
+    "OptionsView",
     "ParseStatus",
     "Plan",
     "PlannedShard",
     "PosbiasError",
+    "PromptCheck",
+    "PromptSource",
     "PromptTemplate",
     "Question",
     "QuestionPool",
     "QuestionResult",
+    "QuestionSpan",
     "Record",
+    "ResultColumns",
     "RetryableError",
     "RotationCostWarning",
     "RunOutcome",
@@ -134,9 +187,12 @@ __all__ = [
     "Trial",
     "TrialResult",
     "TrialStatus",
+    "TrialView",
+    "UsageError",
     "Variant",
     "VariantRun",
     "WorkerConfig",
+    "foreign_problem",
     "one_line",
     "parse_intervention",
 ]
