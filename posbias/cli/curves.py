@@ -196,6 +196,11 @@ def _write_curve_csv(curves: list[Curve]) -> None:
             )
 
 
+def _two(value: float | None) -> str:
+    """A ratio to two decimals; `-` when unknown."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def print_curve(c: Curve, *, band: bool = False) -> None:
     """A curve as a table, with its summaries below it."""
     axis = {"token-distance": "tokens (bin centre)", "filler-length": "filler tokens"}.get(c.by, c.by)
@@ -220,15 +225,21 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
         ]
         if band:
             row.append(f"{pct(p.band_low)} to {pct(p.band_high)}")
-        row += [pct(p.parse_rate), pct(p.accuracy_strict), num(p.mean_gold_prob)]
+        row += [
+            pct(p.parse_rate),
+            pct(p.accuracy_strict),
+            "" if p.mean_gold_prob is None else f"{p.mean_gold_prob:.3f}",
+        ]
         table.add_row(*row)
     out.print(table)
-    clusters = f"{c.clusters} {c.cluster_unit}s" if c.cluster_unit != "trial" else f"{c.clusters} trials"
+    # "50 trials in 50 trials" said nothing: the clusters are named only when they are not the trials.
+    clusters = f" in {c.clusters:,} {c.cluster_unit}s" if c.cluster_unit != "trial" else ""
     pooled = f", {len(c.job_ids)} jobs" if len(c.job_ids) > 1 else ""
-    duplicates = f"; {c.duplicate_trials} duplicate trials counted once" if c.duplicate_trials else ""
+    duplicates = f"; {c.duplicate_trials:,} duplicate trials counted once" if c.duplicate_trials else ""
+    resampled = "whole clusters" if clusters else "whole trials"
     out.print(
-        f"accuracy is among parsed answers; strict counts failed parses as wrong. {c.trials} trials in "
-        f"{clusters}{pooled}{duplicates}; intervals resample whole clusters."
+        f"accuracy is among parsed answers; strict counts failed parses as wrong. {c.trials:,} trials"
+        f"{clusters}{pooled}{duplicates}; intervals resample {resampled}."
     )
     if c.contrast is not None and c.contrast.estimate is not None:
         k = c.contrast
@@ -238,7 +249,7 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
         out.print(f"note: {c.note}")
     if c.first_last_ratio is not None:
         r = c.first_last_ratio
-        out.print(f"last/first: {num(r.estimate)} (95% CI {num(r.low)} to {num(r.high)})")
+        out.print(f"last/first: {_two(r.estimate)} (95% CI {_two(r.low)} to {_two(r.high)})")
     if c.ratio_note:
         out.print(c.ratio_note)
     if c.slope is not None:
