@@ -13,5 +13,5 @@ if [ -z "${POSBIAS_MMLU_DIR:-}" ] && [ -d ../shared/data/mmlu ]; then
 fi
 
 posbias db upgrade
-posbias run --model demo --batch-sizes 1,5,10 --iterations 4 --answer-mode constrained \
+posbias run --model demo --batch-sizes 1,5,10 --iterations 16 --answer-mode constrained \
     --plot demo-curve.png "$@"

@@ -239,11 +239,11 @@ def test_the_readme_commands_run_and_say_what_it_shows(
     # explain: the fake's cause is token distance, with a step at its window.
     explained = posbias("explain", str(gemma))
     (distance_row,) = [line for line in explained.splitlines() if "token distance, per 1,000 tokens" in line]
-    assert distance_row.rstrip(" │┃").endswith("yes")
+    assert distance_row.rstrip(" │┃").endswith("moves the curve")
     assert "sliding window 1,000 tokens, layers 0,2 of 4" in explained
     assert "verdict: Moves the curve: token distance" in explained
     assert (
-        "A step at the sliding window (1,000 tokens)" in explained
+        "A step down at the sliding window (1,000 tokens)" in explained
         and "which includes the window" in explained
     )
 
