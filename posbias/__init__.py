@@ -47,7 +47,7 @@ if TYPE_CHECKING:
         submit,
         unchecked_overrides,
     )
-    from posbias.attention import attention_curves, plot_attention
+    from posbias.attention import attention_curves, attention_explanations, plot_attention
     from posbias.frames import plot_format, results, trial, trials
     from posbias.options import options_by_position
     from posbias.reports import report, viewer
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from posbias.service.schedules import CheckpointRecord, ScheduleRecord, ScheduleSpecError
     from posbias.service.settings import Settings
     from posbias.store import StoreVersion, downgrade_store, store_problem, store_version, upgrade_store
-    from posbias.toolbox import build_tiny_model, named_datasets, serve_command
+    from posbias.toolbox import build_tiny_model, install_model, named_datasets, serve_command
 
 __all__ = [
     "CheckpointRecord",
@@ -90,6 +90,7 @@ __all__ = [
     "UsageError",
     "add_schedule",
     "attention_curves",
+    "attention_explanations",
     "build_tiny_model",
     "cancel",
     "compare",
@@ -101,6 +102,7 @@ __all__ = [
     "explain",
     "export_format",
     "export_results",
+    "install_model",
     "job",
     "jobs",
     "list_schedules",
@@ -156,10 +158,12 @@ _HOMES = {
         ["StoreVersion", "downgrade_store", "store_problem", "store_version", "upgrade_store"],
         "posbias.store",
     ),
-    **dict.fromkeys(["build_tiny_model", "named_datasets", "serve_command"], "posbias.toolbox"),
+    **dict.fromkeys(
+        ["build_tiny_model", "install_model", "named_datasets", "serve_command"], "posbias.toolbox"
+    ),
     **dict.fromkeys(["plot_format", "results", "trial", "trials"], "posbias.frames"),
     "options_by_position": "posbias.options",
-    **dict.fromkeys(["attention_curves", "plot_attention"], "posbias.attention"),
+    **dict.fromkeys(["attention_curves", "attention_explanations", "plot_attention"], "posbias.attention"),
     **dict.fromkeys(["report", "viewer"], "posbias.reports"),
     # The records and errors the API returns and raises, where they are defined.
     "CheckpointRecord": "posbias.service.schedules",

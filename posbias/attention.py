@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from posbias.api import _settings, _store
-from posbias.schemas.attention import AttentionCurve
-from posbias.service import attention_curve
+from posbias.schemas import BASELINE
+from posbias.schemas.attention import AttentionCurve, AttentionExplanation
+from posbias.service import attention_curve, attention_explain
 from posbias.service.settings import Settings
 
 
@@ -33,3 +34,14 @@ def attention_curves(
 def plot_attention(curves: list[AttentionCurve], *, path: str | Path) -> None:
     """A PNG of `curves`: own-question attention, one panel per layer kind."""
     attention_curve.plot_attention(curves, path=Path(path))
+
+
+def attention_explanations(
+    job_ids: int | list[int], *, settings: Settings | None = None, variant: str = BASELINE
+) -> list[AttentionExplanation]:
+    """The attention section of `explain` for each `hf` job among, or paired (same trials) with, `job_ids`:
+    own-question attention by token distance per layer kind, and the within-position AUROC of that
+    attention for what the paired job answered correctly. `NotFoundError` when there is none."""
+    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
+    with _store(_settings(settings), read_only=True) as db:
+        return attention_explain.explain_attention(db, ids, variant=variant)

@@ -2,13 +2,17 @@
 
 from posbias.schemas.attention import (
     AnswerSheet,
+    AttentionAuroc,
+    AttentionBand,
     AttentionCurve,
     AttentionCurvePoint,
+    AttentionExplanation,
     AttentionRow,
     AttentionShard,
     LayerCheck,
     LayerKind,
     MaskCanary,
+    SheetFromJob,
 )
 from posbias.schemas.curve import (
     BlockDiff,
@@ -105,8 +109,11 @@ __all__ = [
     "AnswerOrder",
     "AnswerSheet",
     "AnswerView",
+    "AttentionAuroc",
+    "AttentionBand",
     "AttentionCurve",
     "AttentionCurvePoint",
+    "AttentionExplanation",
     "AttentionRow",
     "AttentionShard",
     "BatchSizeEstimate",
@@ -182,6 +189,7 @@ __all__ = [
     "ShardResult",
     "ShardSpec",
     "ShardStatus",
+    "SheetFromJob",
     "Submitted",
     "TokenSource",
     "Trial",

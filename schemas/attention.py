@@ -37,6 +37,16 @@ class AnswerSheet(StrEnum):
     fixed = "fixed"
     """Option 1 everywhere: the same text whatever the questions, so attention is compared on equal
     answers."""
+    job = "job"
+    """What another job of the same trials answered (`engine.answer_sheet: {job: N}`; a position it did not
+    parse gets the gold answer). Recorded, never written as a bare `job`."""
+
+
+class SheetFromJob(Record):
+    """`engine.answer_sheet: {job: N}`: teacher-force the answers job N (a done job of the same trials, e.g.
+    on vLLM) gave, so that attention pairs with what the model actually answered."""
+
+    job: int = Field(ge=1, description="The job whose answers are teacher-forced.")
 
 
 class AttentionRow(Record):
@@ -151,3 +161,62 @@ class AttentionCurve(Record):
     by: str = Field(description="`position` or `token-distance`.")
     bin_width: int | None = Field(None, description="Token-distance bin width (by token distance).")
     points: tuple[AttentionCurvePoint, ...] = Field(description="In order of x.")
+
+
+class AttentionBand(Record):
+    """Own-question attention of one layer kind in one band of token distance (relative to the window)."""
+
+    layer_kind: LayerKind = Field(description="Sliding or global layers.")
+    low: int = Field(ge=0, description="Token distance from (inclusive).")
+    high: int | None = Field(None, description="Token distance to (exclusive); None: no upper end.")
+    n: int = Field(ge=0, description="(trial, position, layer) rows averaged.")
+    trials: int = Field(ge=0, description="Distinct trials.")
+    own_mean: float = Field(description="Own question, head mean.")
+    own_max: float = Field(description="Own question, largest head.")
+
+
+class AttentionAuroc(Record):
+    """Whether own-question attention predicts correctness at a fixed position: the AUROC within each
+    (batch size, position), pooled over them (every correct/wrong pair of one position counts once; 0.5 is
+    no prediction), with a 95% bootstrap-by-trial interval."""
+
+    layer_kind: LayerKind = Field(description="The score: own-question attention averaged over these layers.")
+    strata: int = Field(ge=0, description="(batch size, position) cells with both correct and wrong answers.")
+    trials: int = Field(ge=0, description="Trials scored (the bootstrap's clusters).")
+    correct: int = Field(ge=0, description="Correct answers in those cells.")
+    wrong: int = Field(ge=0, description="Wrong answers in those cells.")
+    auroc: float | None = Field(None, description="Pooled within-position AUROC; None when no cell has both.")
+    low: float | None = Field(
+        None, description="95% interval, low (bootstrap by trial); None with fewer than 16 trials."
+    )
+    high: float | None = Field(None, description="95% interval, high.")
+
+
+class AttentionExplanation(Record):
+    """The attention section of `explain`: where an `hf` job's answer lines look by token distance, per layer
+    kind, and whether that attention predicts what a paired job (same trials) answered correctly."""
+
+    model: str = Field(description="Model as submitted.")
+    job_id: int = Field(description="The `hf` job with the attention rows.")
+    scored_job_id: int | None = Field(
+        None, description="The job whose correctness is predicted (same trials, not teacher-forced)."
+    )
+    variant: str = Field(description="Variant name.")
+    window: int | None = Field(None, description="The sliding window as the canary built it (None: none).")
+    bands: tuple[AttentionBand, ...] = Field(description="Per layer kind, by token distance.")
+    decay_within_window: float | None = Field(
+        None,
+        description="Sliding layers: own-question attention in the window's far half over that in its near "
+        "half (below 1: a decay within the window).",
+    )
+    global_beyond: float | None = Field(
+        None,
+        description="Global layers: own-question attention (head mean) of the answer lines wholly beyond "
+        "the window (every query token a window or more past the question's last token).",
+    )
+    sliding_beyond_max: float | None = Field(
+        None,
+        description="Sliding layers: the largest head's own-question attention of those lines (0: the mask).",
+    )
+    aurocs: tuple[AttentionAuroc, ...] = Field(default=(), description="Per layer kind.")
+    note: str | None = Field(None, description="Why there is no AUROC, when there is none.")

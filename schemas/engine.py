@@ -12,7 +12,7 @@ from typing import Any, Self
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
-from posbias.schemas.attention import AnswerSheet
+from posbias.schemas.attention import AnswerSheet, SheetFromJob
 from posbias.schemas.bounds import FINITE, INT32_MAX, INT64_MAX, Int
 from posbias.schemas.endpoint import EndpointApi
 from posbias.schemas.record import Record
@@ -97,10 +97,10 @@ class EngineOptions(Record):
     )
 
     # --- engine `hf` ------------------------------------------------------------------------------------
-    answer_sheet: AnswerSheet | None = Field(
+    answer_sheet: AnswerSheet | SheetFromJob | None = Field(
         None,
-        description="hf: what is teacher-forced as the answers: `gold` (the default) or `fixed` (option 1 "
-        "everywhere).",
+        description="hf: what is teacher-forced as the answers: `gold` (the default), `fixed` (option 1 "
+        "everywhere) or `{job: N}` (what done job N, of the same trials, answered).",
     )
     position_gap: Int | None = Field(
         None,
@@ -166,6 +166,15 @@ class EngineOptions(Record):
         description="openai: record option probabilities (needs log-probabilities): true requires them, "
         "false never asks; unset: when the endpoint returns them.",
     )
+
+    @field_validator("answer_sheet")
+    @classmethod
+    def _check_answer_sheet(
+        cls, value: AnswerSheet | SheetFromJob | None
+    ) -> AnswerSheet | SheetFromJob | None:
+        if value is AnswerSheet.job:
+            raise ValueError("answer_sheet job needs the job's id: write answer_sheet: {job: N}")
+        return value
 
     @field_validator("hf_overrides")
     @classmethod

@@ -133,6 +133,11 @@ class ShardSpec(Record):
         description="openai with a cost guard: tokens this shard may spend, its share of the job's "
         "`max_job_tokens`; a shard that would spend more is stopped before sending (`service/costs.py`).",
     )
+    answers: dict[int, dict[int, int]] | None = Field(
+        None,
+        description="hf with `answer_sheet: {job: N}`: per trial index, the 1-based option job N answered at "
+        "each position (positions it did not parse are left out), read from the store at lease time.",
+    )
 
 
 class ParseStatus(StrEnum):

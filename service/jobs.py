@@ -33,7 +33,7 @@ from posbias.schemas import (
     VariantRun,
 )
 from posbias.schemas.variant import merge_overrides
-from posbias.service import queue, tables
+from posbias.service import answer_sheets, queue, tables
 from posbias.service.database import IN_CHUNK, Database, dialect_insert, now_utc
 from posbias.service.job_status import ACTIVE, locked_job, not_found, settle_job
 from posbias.service.shards import load_spec
@@ -63,6 +63,7 @@ def submit(
     race); a different spec under the same key is a `ConflictError`.
     """
     _check_plan(plan)
+    answer_sheets.check(db, spec, plan)
     if idempotency_key is not None and (
         not idempotency_key.strip() or len(idempotency_key) > MAX_KEY or "\x00" in idempotency_key
     ):

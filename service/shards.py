@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from posbias.schemas import BASELINE, EndpointReport, JobSpec, Question, RotationCostWarning, ShardSpec, Trial
-from posbias.service import costs, tables
+from posbias.service import answer_sheets, costs, tables
 from posbias.service.database import IN_CHUNK, Database
 
 
@@ -161,7 +161,7 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
                 questions[qid] = Question.model_construct(
                     id=qid, subject=subject, question=text, choices=tuple(choices), answer=answer
                 )
-    return {
+    built = {
         shard_id: shard_spec(
             specs[job_of[shard_id]],
             job_id=job_of[shard_id],
@@ -173,3 +173,4 @@ def from_store(db: Database, shard_ids: Sequence[int]) -> dict[int, ShardSpec]:
         )
         for shard_id in shard_ids
     }
+    return answer_sheets.attach(db, built)

@@ -5,10 +5,10 @@ answer sheet, which gives the option probabilities at every answer slot and, thr
 attention modules (`workers/hf_attention.py`), where each answer line's attention goes, per layer.
 
 The answer sheet (`engine.answer_sheet`) is `gold` (each question's correct option; the default) or `fixed`
-(option 1 everywhere). Parsed like any answer, a sheet makes every result's `predicted` the sheet's option,
-so an `hf` job's accuracy says nothing about the model: its option probabilities and its attention do. To
-pair attention with what the model actually answered, score the same trials with a vLLM job and compare
-its results by (trial, position).
+(option 1 everywhere) or `{job: N}`: what done job N (a vLLM job of the same trials) answered, read into
+each shard's `answers` when it is leased (`service/answer_sheets.py`), so that attention pairs with what the
+model actually did. Parsed like any answer, a sheet makes every result's `predicted` the sheet's option, so
+an `hf` job's accuracy says nothing about the model: its option probabilities and its attention do.
 
 The layers come from the model that was built: each attention module's window (transformers 5 sets one per
 layer from `config.layer_types` for Gemma 2 and 3), checked by the mask canary (`workers/hf_canary.py`)
@@ -76,7 +76,8 @@ class HfEngine(EngineBase[HfTokenizer]):
         )
         self._model = self._built.model
         self._tokenizer = self._built.tokenizer
-        self._sheet = options.answer_sheet or AnswerSheet.gold
+        sheet = options.answer_sheet or AnswerSheet.gold
+        self._sheet = sheet if isinstance(sheet, AnswerSheet) else AnswerSheet.job
         self._gap = options.position_gap or None
         layers = self._built.layers
         if variant is not None and variant.expect is not None:
@@ -133,7 +134,8 @@ class HfEngine(EngineBase[HfTokenizer]):
         """`workers.shard.run_shards` on this engine, each result carrying its attention figures.
 
         `answers` (by trial index: the 1-based option per position) replace the engine's answer sheet for
-        those trials, e.g. what a vLLM job answered to the same trials."""
+        those trials, e.g. what a vLLM job answered to the same trials; without them, a shard's own
+        `answers` (`engine.answer_sheet: {job: N}`, filled at lease time) do."""
         from posbias.workers.shard import run_shards
 
         for shard in shards:
@@ -143,8 +145,9 @@ class HfEngine(EngineBase[HfTokenizer]):
                 )
                 ids = tuple(rendered.token_ids or ())
                 self._rendered[ids] = rendered
-                if answers is not None and trial.index in answers:
-                    self._answers[ids] = dict(answers[trial.index])
+                given = answers if answers is not None else shard.answers
+                if given is not None and trial.index in given:
+                    self._answers[ids] = dict(given[trial.index])
         self._map_bytes = 0
         try:
             results = run_shards(shards, engine=self)
@@ -207,9 +210,9 @@ class HfEngine(EngineBase[HfTokenizer]):
             list(request.asked) if request.asked is not None else list(range(1, len(request.n_options) + 1))
         )
         key = request.answer_key or tuple(0 for _ in request.n_options)
-        chosen = self._answers.get(tuple(prompt)) or {
-            k: (key[k - 1] if self._sheet is AnswerSheet.gold else 0) + 1 for k in asked
-        }
+        # A position the given answers leave out (one job N did not parse) gets the gold answer.
+        chosen = {k: (key[k - 1] if self._sheet is not AnswerSheet.fixed else 0) + 1 for k in asked}
+        chosen |= self._answers.get(tuple(prompt), {})
         sheet = sheet_text(asked, chosen)
         encoded = self._tokenizer.encode(sheet, add_special_tokens=False)
         sheet_ids, starts = encoded.ids, [start for start, _ in encoded.offsets]

@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import posbias
 from posbias.cli.common import num, out, print_json, settings_of
 from posbias.cli.errors import BadUsage
-from posbias.schemas import AttentionCurve, CurveAxis
+from posbias.schemas import AttentionCurve, AttentionExplanation, CurveAxis, NotFoundError
 
 _COLUMNS = ("own_mean", "own_max", "sink_mean", "other_mean", "instructions_mean", "answers_mean")
 
@@ -95,3 +96,58 @@ def _table(c: AttentionCurve) -> None:
             num(p.beyond_window_mean),
         )
     out.print(table)
+
+
+def print_attention_explanations(ctx: typer.Context, jobs: list[int], *, variant: str) -> None:
+    """`explain`'s attention section, for each `hf` job among or paired with `jobs`; nothing when there is
+    none (a job without attention rows and no `hf` job of the same trials)."""
+    try:
+        found = posbias.attention_explanations(jobs, settings=settings_of(ctx), variant=variant)
+    except NotFoundError:
+        return
+    for e in found:
+        _explanation(e)
+
+
+def _explanation(e: AttentionExplanation) -> None:
+    window = f", window {e.window:,} tokens" if e.window else ", no sliding window"
+    table = Table(title=escape(f"attention: {e.model}, variant {e.variant} (hf job {e.job_id}{window})"))
+    for column in ("layers", "token distance", "rows", "trials", "own (head mean)", "own (largest head)"):
+        table.add_column(column, justify="left" if column == "layers" else "right")
+    for b in e.bands:
+        span = f"{b.low:,}+" if b.high is None else f"{b.low:,}-{b.high:,}"
+        table.add_row(b.layer_kind.value, span, str(b.n), str(b.trials), num(b.own_mean), num(b.own_max))
+    out.print(table)
+    if e.decay_within_window is not None:
+        said = "a decay within the window" if e.decay_within_window < 1 else "no decay within the window"
+        out.print(
+            "sliding layers: own-question attention in the window's far half is "
+            f"{e.decay_within_window:.2f}x its near half: {said}"
+        )
+    if e.window:
+        if e.sliding_beyond_max is not None:
+            out.print(
+                "sliding layers, answer lines wholly beyond the window: own-question attention, largest head "
+                f"{num(e.sliding_beyond_max)}"
+            )
+        if e.global_beyond is not None:
+            carried = "they carry it" if e.global_beyond > 0 else "they do not carry it"
+            out.print(
+                f"global layers, the same lines: own-question attention {num(e.global_beyond)} (head mean): "
+                f"{carried}"
+            )
+    for a in e.aurocs:
+        if a.auroc is None:
+            continue
+        interval = (
+            f" (95% CI {a.low:.2f} to {a.high:.2f}, by trial)"
+            if a.low is not None and a.high is not None
+            else f" (no interval: {a.trials} trials, fewer than 16)"
+        )
+        out.print(
+            f"does {a.layer_kind.value} attention predict correctness (job {e.scored_job_id}) at a fixed "
+            f"position? AUROC {a.auroc:.2f}{interval}, within {a.strata} positions ({a.correct} correct, "
+            f"{a.wrong} wrong; 0.5: no)"
+        )
+    if e.note:
+        out.print(f"AUROC: {e.note}")

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 import posbias
+from posbias.cli.attention_view import print_attention_explanations
 from posbias.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
 from posbias.cli.options import print_options
 from posbias.schemas import BASELINE, Interval
@@ -56,6 +57,7 @@ def explain(
     print_options(
         posbias.options_by_position(jobs, settings=settings_of(ctx), batch_size=batch_size, variant=variant)
     )
+    print_attention_explanations(ctx, jobs, variant=variant)
 
 
 def _points(value: float | None) -> str:

@@ -123,6 +123,21 @@ def test_prompts_are_vllms_token_for_token_and_the_option_probabilities_agree(
     assert compared == 2 * (3 + 8)
 
 
+def test_a_shards_answers_are_the_sheet_and_a_missing_position_is_gold(
+    hf_gemma2: HfEngine, tiny_gemma2_dir: Path, pool: Any
+) -> None:
+    # `engine.answer_sheet: {job: N}` puts job N's answers on each leased shard (service/answer_sheets.py);
+    # the engine teacher-forces them, and the gold answer where job N did not parse one.
+    [shard] = shards_of(tiny_gemma2_dir, pool, engine={"name": "hf", "answer_sheet": {"job": 1}})[:1]
+    trial = shard.trials[0]
+    gold = [shard.questions[q].answer for q in trial.question_ids]
+    given = {p: (g + 1) % 4 + 1 for p, g in enumerate(gold, start=1) if p != 2}
+    [result] = hf_gemma2.run_shards([shard.model_copy(update={"answers": {trial.index: given}})])
+    predicted = {r.position: r.predicted for r in result.results if r.trial_index == trial.index}
+    assert predicted == {p: given[p] - 1 if p in given else gold[p - 1] for p in predicted}
+    assert result.attention is not None and result.attention.answer_sheet.value == "gold"
+
+
 # --- the mask canary, variants and the position gap --------------------------------------------------
 
 
@@ -228,6 +243,9 @@ def test_an_hf_job_runs_through_the_queue_and_ray_into_the_store(
     for name, (folder, _, _) in models.items():
         spec = {"model": str(folder), "engine": {"name": "hf"}, "answer_mode": "constrained"}
         submitted[name] = make_job(db, batch_sizes=(3, 8), iterations=2, shard_size=2, **spec).job_id
+    # A fake-engine job of the same trials: explain pairs it with the hf job and scores its answers.
+    [folder] = [folder for folder, _, _ in models.values()]
+    paired = make_job(db, batch_sizes=(3, 8), iterations=2, shard_size=2, model=str(folder)).job_id
     dispatch(db, settings)
 
     with db.read() as session:
@@ -303,3 +321,12 @@ def test_an_hf_job_runs_through_the_queue_and_ray_into_the_store(
         (8, "sliding"),
         (8, "global"),
     }
+
+    # explain's attention section, from the paired job: the bands by layer kind, the mask's zero beyond the
+    # window, and the AUROC against the paired job's answers (or why there is none).
+    explained = run_cli(["explain", str(paired)], env={"POSBIAS_DATABASE_URL": db.url}, folder=tmp_path)
+    assert explained.code == 0, explained.stderr
+    said = " ".join(explained.stdout.split())
+    assert f"hf job {job}" in said
+    assert "wholly beyond the window: own-question attention, largest head 0 global" in said
+    assert f"predict correctness (job {paired})" in said or f"job {paired} has no position with both" in said
