@@ -354,7 +354,7 @@ def test_a_fixed_baseline_job_and_too_few_answers(db: Database, settings: Settin
     thin = by_name(db, "thin")
     assert thin["a-1"].verdict is Verdict.baseline
     assert thin["a-2"].verdict is Verdict.inconclusive
-    assert f"fewer than {MIN_ANSWERS} parsed answers" in thin["a-2"].reason
+    assert f"fewer than {MIN_ANSWERS} answers at every position" in thin["a-2"].reason
 
 
 def test_verdicts_are_posted_once_and_a_failing_webhook_is_retried_but_never_fatal(
