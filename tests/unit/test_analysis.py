@@ -434,6 +434,20 @@ def test_compare_marks_a_drop_spread_over_a_block_and_holm_never_lowers_a_p_valu
         assert p.mcnemar_p is not None and p.mcnemar_holm is not None and p.mcnemar_holm >= p.mcnemar_p
 
 
+def test_holm_is_statsmodels_holm() -> None:
+    """posbias computes Holm itself (statsmodels' holm path runs gc.collect() on every call); the figures are
+    statsmodels', ties and Nones included."""
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(7)
+    for size in (1, 2, 7, 50):
+        given = [float(p) for p in rng.uniform(0, 0.2, size)]
+        given[0:2] = given[:1] * min(2, size)  # a tie
+        ours = comparison.holm_adjust([None, *given, None])
+        assert ours[0] is None and ours[-1] is None
+        assert ours[1:-1] == pytest.approx(list(multipletests(given, method="holm")[1]), abs=1e-12)
+
+
 def test_a_parse_collapse_at_the_end_of_the_sheet_is_flagged_and_named() -> None:
     """Parse rate 100% -> 9% at positions 41-50 of N = 50: those positions have too few parsed answers for
     the accuracy check, and the parse check still sees them."""
