@@ -143,10 +143,12 @@ def _summary(runs: Runs, name: str, truth: float, found: Interval | None) -> Non
     interval(runs, name, NARROW, truth, found.estimate, found.low, found.high)
 
 
-LOOSE_LEVEL = {True: 0.90, False: 0.85}
-"""The broken compare's band, paired (True) and unpaired: a looser threshold. At 90% the paired compare calls
-identical curves different 10.3% of the time (600 replications of this setting; 4.8% at its own 95%): twice
-nominal. The unpaired one is conservative (3.5-5.3% at 95%), and at 90% calls 8.8% (96 of 1,092, three
+LOOSE_LEVEL = {True: 0.85, False: 0.85}
+"""The broken compare's band, paired (True) and unpaired: a looser threshold. Before compare's band took the
+verdicts' block family, at 90% the paired compare called identical curves different 10.3% of the time (600
+replications of this setting; 4.8% at its own 95%); with the blocks it called 27 of 346 at 90% (the suite
+run of 2026-12-02), too few for the sizing's 10%, so the paired one is loosened to 85% as well.
+The unpaired one is conservative (3.5-5.3% at 95%), and at 90% calls 8.8% (96 of 1,092, three
 seeds), too few for the sizing's 10%; at 85% it calls 14.5% (58 of 400)."""
 
 
