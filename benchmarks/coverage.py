@@ -231,27 +231,13 @@ def design_answers(
 ) -> TrialData:
     """One job of the design answered by the fake's rule, as `queries.trial_data` would hand it over."""
     truth = design_truth(spec, layout)
-    trials, n = layout.questions.shape
-    correct = latent_correct(
+    return _design_answers(
         np.nan_to_num(truth, nan=0.5),
-        question=world.questions[layout.questions],
-        prompt=world.prompts[layout.prompt_keys][:, None],
-        noise=rng.standard_normal((trials, n)),
+        layout,
+        world,
+        rng=rng,
         question_effect=spec.question_effect,
         prompt_effect=spec.prompt_effect,
-    )
-    sweep = len(set(layout.filler.tolist())) > 1
-    return TrialData.from_arrays(
-        correct.astype(np.float64) * layout.answered,
-        answered=layout.answered,
-        cluster=layout.clusters if sweep else None,
-        questions=layout.questions,
-        keys=[(*map(str, row), f"f{f}") for row, f in zip(layout.questions, layout.filler, strict=True)],
-        slot=layout.slot,
-        distance=layout.distance,
-        filler=layout.filler,
-        lines=layout.lines,
-        cluster_unit="sampled set" if sweep else "trial",
     )
 
 
@@ -506,13 +492,35 @@ def truth_answers(truth: Truth, layout: DesignLayout, world: World, *, rng: np.r
     slot = np.where(lines > 1, (np.nan_to_num(layout.slot, nan=1.0) - 1) / np.maximum(lines - 1, 1), 0.0)
     accuracy = truth.accuracy(position, slot, np.nan_to_num(layout.distance))
     assert np.all((accuracy > 0) & (accuracy < 1)), "a truth's parts must keep accuracy inside (0, 1)"
-    correct = latent_correct(
+    return _design_answers(
         np.where(layout.answered > 0, accuracy, 0.5),
+        layout,
+        world,
+        rng=rng,
+        question_effect=truth.question_effect,
+        prompt_effect=truth.prompt_effect,
+    )
+
+
+def _design_answers(
+    accuracy: np.ndarray,
+    layout: DesignLayout,
+    world: World,
+    *,
+    rng: np.random.Generator,
+    question_effect: float,
+    prompt_effect: float,
+) -> TrialData:
+    """Answers drawn at `accuracy` per (trial, position) for a design's layout, as `queries.trial_data`
+    would hand them over: one sampled set a cluster in a filler sweep, a trial otherwise."""
+    trials, n = layout.questions.shape
+    correct = latent_correct(
+        accuracy,
         question=world.questions[layout.questions],
         prompt=world.prompts[layout.prompt_keys][:, None],
         noise=rng.standard_normal((trials, n)),
-        question_effect=truth.question_effect,
-        prompt_effect=truth.prompt_effect,
+        question_effect=question_effect,
+        prompt_effect=prompt_effect,
     )
     sweep = len(set(layout.filler.tolist())) > 1
     return TrialData.from_arrays(
