@@ -46,7 +46,8 @@ def readme_invocations(script: str) -> list[list[str]]:
     for line in readme.splitlines():
         line = line.split("#", 1)[0]
         if f"python benchmarks/{script}" in line:
-            found.append([word.split("=", 1)[0] for word in line.split() if word.startswith("--")])
+            words = [word.strip("`'\".,;:()") for word in line.split()]
+            found.append([word.split("=", 1)[0] for word in words if word.startswith("--")])
     return found
 
 
