@@ -11,15 +11,11 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict
 
+from posbias.schemas.limits import INT32_MAX as INT32_MAX
+from posbias.schemas.limits import INT64_MAX as INT64_MAX
+from posbias.schemas.limits import MAX_BATCH_SIZE as MAX_BATCH_SIZE
 from posbias.schemas.record import Record
 
-MAX_BATCH_SIZE = 200
-"""Questions in one prompt at most."""
-
-# What both stores can hold: PostgreSQL's INTEGER columns are 32 bits (priority, counts), ids and JSON
-# numbers 64; a spec that SQLite would take must not fail on PostgreSQL.
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
 MAX_TEXT = 100_000
 """Characters in any one text of a spec at most (a prompt template is the longest, a few hundred)."""
 MAX_SPEC_BYTES = 1 << 20

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from posbias.schemas.choices import BASELINE
+from posbias.schemas.choices import CurveAxis as CurveAxis
 from posbias.schemas.record import Record
-from posbias.schemas.variant import BASELINE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -310,15 +310,6 @@ class OptionsView(Record):
         (), description="Runs of positions with one reading, e.g. `positions 1-8: a collapse onto option 4`."
     )
     note: str | None = Field(None, description="What could not be computed, and why.")
-
-
-class CurveAxis(StrEnum):
-    """What a curve's x axis is."""
-
-    position = "position"
-    answer_slot = "answer-slot"
-    token_distance = "token-distance"
-    filler_length = "filler-length"
 
 
 class CurveQuery(Record):

@@ -12,17 +12,8 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from posbias.schemas.choices import EndpointApi as EndpointApi
 from posbias.schemas.record import Record
-
-
-class EndpointApi(StrEnum):
-    """Which OpenAI API a served job talks to."""
-
-    auto = "auto"
-    """Completions when the prompt can be sent as the model's own tokens (or needs no chat template), else
-    chat."""
-    chat = "chat"
-    completions = "completions"
 
 
 class Constraint(StrEnum):

@@ -7,13 +7,13 @@ the environment variable that holds it, never given.
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Any, Self
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
 from posbias.schemas.attention import AnswerSheet, SheetFromJob
 from posbias.schemas.bounds import FINITE, INT32_MAX, INT64_MAX, Int
+from posbias.schemas.choices import EngineName as EngineName
 from posbias.schemas.endpoint import EndpointApi
 from posbias.schemas.record import Record
 from posbias.schemas.variant import check_overrides
@@ -36,18 +36,6 @@ RESERVED_ENGINE_ARGUMENTS = frozenset(
 )
 """`vllm.LLM` arguments `engine.extra` may not set: each has a field of its own, or posbias needs its value
 (the worker extension reports what ran; prompts are token ids, so no vision tower)."""
-
-
-class EngineName(StrEnum):
-    """Which engine answers the prompts."""
-
-    vllm = "vllm"
-    fake = "fake"
-    openai = "openai"
-    """An OpenAI-compatible endpoint: `vllm serve`, SGLang, llama.cpp's server, a hosted API."""
-    hf = "hf"
-    """Hugging Face transformers with eager attention: teacher-forced scoring that records where each
-    answer line's attention goes (`workers/hf_engine.py`)."""
 
 
 class EngineOptions(Record):

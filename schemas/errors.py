@@ -27,6 +27,10 @@ class ModelNotCheckedWarning(UserWarning):
     on, and its workers will find out."""
 
 
+class RotationCostWarning(UserWarning):
+    """The rotation design multiplies the number of prompts by the batch size."""
+
+
 class ConflictError(PosbiasError):
     """The request is valid but the stored state forbids it (e.g. cancelling a finished job)."""
 

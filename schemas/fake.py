@@ -3,22 +3,14 @@ known, for tests and for checking the estimators against a truth."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Self
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from posbias.schemas.bounds import FINITE
+from posbias.schemas.choices import FakeAxis as FakeAxis
 from posbias.schemas.record import Record
-
-
-class FakeAxis(StrEnum):
-    """What the fake engine's accuracy is a function of."""
-
-    position = "position"
-    answer_slot = "answer-slot"
-    token_distance = "token-distance"
 
 
 class FakeCollapse(Record):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from posbias.schemas.bounds import integer_list
+from posbias.schemas.choices import FillerPlace as FillerPlace
 from posbias.schemas.record import Record
 
 MAX_FILLER_TOKENS = 1_000_000
@@ -16,19 +16,6 @@ MAX_FILLER_FILE_BYTES = 4_000_000
 """Size of a filler `source` file at most."""
 BUILTIN_FILLER = "builtin"
 """The `source` that names posbias's own neutral text."""
-
-
-class FillerPlace(StrEnum):
-    """Where filler goes in a prompt."""
-
-    before = "before"
-    """Between the instructions and the first question: every question moves away from the prompt's start,
-    none from its answer."""
-    after = "after"
-    """After question k (`FillerSpec.position`): questions 1..k move away from their answers, their
-    positions unchanged."""
-    end = "end"
-    """Between the last question and the answer request: every question moves away from its answer."""
 
 
 class FillerSpec(Record):

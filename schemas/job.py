@@ -30,6 +30,7 @@ from posbias.schemas.bounds import (
 from posbias.schemas.dataset import DatasetSpec
 from posbias.schemas.engine import EngineName, EngineOptions
 from posbias.schemas.errors import PosbiasError
+from posbias.schemas.errors import RotationCostWarning as RotationCostWarning
 from posbias.schemas.fake import FakeSpec
 from posbias.schemas.filler import FillerPlace, FillerSpec
 from posbias.schemas.modes import AnswerMode, AnswerOrder, ChatTemplateUse, Design
@@ -386,7 +387,3 @@ def _default_at(path: tuple[str, ...]) -> object:
 
 def _lcm(values: tuple[int, ...]) -> int:
     return math.lcm(*values)
-
-
-class RotationCostWarning(UserWarning):
-    """The rotation design multiplies the number of prompts by the batch size."""

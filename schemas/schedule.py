@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
+from posbias.schemas.choices import HubRevisions as HubRevisions
 from posbias.schemas.curve import Interval
 from posbias.schemas.record import Record, records_frame
 from posbias.schemas.variant import BASELINE
@@ -26,15 +27,6 @@ class ScheduleSource(StrEnum):
     """Subfolders of a local (or mounted) folder, each one checkpoint."""
     hub = "hub"
     """Revisions of a Hugging Face repository."""
-
-
-class HubRevisions(StrEnum):
-    """Which revisions of a hub repository count as checkpoints."""
-
-    commits = "commits"
-    """Each new commit on one branch (from the branch's head when the schedule first looks)."""
-    branches = "branches"
-    """Each branch or tag other than that branch (e.g. `step1000`), at the commit it names when found."""
 
 
 class BaselineKind(StrEnum):

@@ -19,10 +19,9 @@ from typing import Any, Self
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
+from posbias.schemas.choices import BASELINE as BASELINE
 from posbias.schemas.record import Record
 
-BASELINE = "baseline"
-"""The variant that runs the model as published (with the job's own `engine.hf_overrides`, if any)."""
 MAX_VARIANTS = 16
 MAX_OVERRIDE_DEPTH = 6
 
