@@ -7,22 +7,84 @@ stderr: `posbias/cli/errors.py` says which line and which exit code.
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import sys
 import traceback
 import warnings
 from collections.abc import Sequence
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
-from posbias.cli import compare, curves, db, errors, explain, export, jobs, models, schedule, submit, worker
-from posbias.cli import datasets as datasets_command
+from posbias.cli import errors
 from posbias.cli import help as help_format
-from posbias.cli import report as report_command
-from posbias.cli import serve as serve_command
-from posbias.cli import trial as trial_command
 from posbias.cli.common import SettingsLoader, err, out
-from posbias.schemas import RotationCostWarning
+from posbias.schemas.errors import RotationCostWarning
+
+COMMANDS: dict[str, str] = {
+    "submit": "submit",
+    "run": "submit",
+    "worker": "worker",
+    "status": "jobs",
+    "cancel": "jobs",
+    "retry": "jobs",
+    "curve": "curves",
+    "compare": "compare",
+    "explain": "explain",
+    "export": "export",
+    "trial": "trial",
+    "report": "report",
+    "view": "report",
+    "datasets": "datasets",
+    "serve": "serve",
+    "models": "models",
+    "db": "db",
+    "schedule": "schedule",
+}
+"""Each command and the module of `posbias.cli` that declares it (its `register`, or its `app` for `db` and
+`schedule`), in the order `posbias --help` lists them."""
+
+
+class _Commands(TyperGroup):
+    """The top command, whose subcommands are imported when asked for: a command's flags are parsed, and a
+    usage error said, before the other commands' imports (the records, the API) are paid for."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(dict.fromkeys([*COMMANDS, *self.commands]))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            for name, command in _declared(COMMANDS[cmd_name]).items():
+                self.add_command(help_format.tidy_options(command), name)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except TyperException as exc:
+            # typer suggests among the commands loaded so far; the names are all known without loading.
+            message = getattr(exc, "message", None)
+            if isinstance(message, str) and args and "Did you mean" not in message:
+                matches = difflib.get_close_matches(args[0], self.list_commands(ctx))
+                if matches:
+                    suggested = ", ".join(repr(m) for m in matches)
+                    setattr(exc, "message", f"{message.rstrip('.')}. Did you mean {suggested}?")  # noqa: B010
+            raise
+
+
+def _declared(module_name: str) -> dict[str, Any]:
+    """The commands one module of `posbias.cli` declares, built as typer builds an app's."""
+    module: Any = importlib.import_module(f"posbias.cli.{module_name}")
+    holder = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+    if hasattr(module, "register"):
+        module.register(holder)
+    else:
+        holder.add_typer(module.app, name=module_name)
+    return dict(typer.main.get_group(holder).commands)
+
 
 app = typer.Typer(
     name="posbias",
@@ -32,14 +94,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    cls=_Commands,
 )
-for module in (submit, worker, jobs, curves, compare, explain, export, models, trial_command):
-    module.register(app)
-report_command.register(app)
-for extra in (datasets_command, serve_command):
-    extra.register(app)
-app.add_typer(db.app, name="db")
-app.add_typer(schedule.app, name="schedule")
 
 
 def _version() -> str:
@@ -95,6 +151,12 @@ def run(args: Sequence[str]) -> int:
             warnings.simplefilter("ignore", RotationCostWarning)  # shown by submit itself
             code = command.main(args=list(args), prog_name="posbias", standalone_mode=False)
     except BaseException as exc:
+        shown = errors.help_asked(exc)
+        if shown is not None:  # `posbias` or `posbias db` alone: the help as it reads, then the one line
+            out.print(shown, markup=False, highlight=False)
+            path = getattr(getattr(exc, "ctx", None), "command_path", "posbias")
+            err.print(f"error: name a command (listed above; `{path} COMMAND --help` for one)", markup=False)
+            return 2
         said, code = errors.line(exc)
         if debug and said is not None:
             traceback.print_exc()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -14,7 +15,11 @@ from rich.table import Table
 import posbias
 from posbias.cli.common import num, out, print_json, settings_of
 from posbias.cli.errors import BadUsage
-from posbias.schemas import AttentionCurve, AttentionExplanation, CurveAxis, NotFoundError
+from posbias.schemas.choices import CurveAxis
+from posbias.schemas.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from posbias.schemas import AttentionCurve, AttentionExplanation
 
 _COLUMNS = ("own_mean", "own_max", "sink_mean", "other_mean", "instructions_mean", "answers_mean")
 

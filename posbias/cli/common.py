@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 import posbias
-from posbias.schemas import LayerConfig
-from posbias.schemas.bounds import INT64_MAX, MAX_BATCH_SIZE
+from posbias.schemas.limits import INT64_MAX, MAX_BATCH_SIZE
+
+if TYPE_CHECKING:
+    from posbias.schemas import LayerConfig
 
 out = Console(highlight=False, soft_wrap=True)
 """Standard output: what the command produces (tables, JSON, CSV)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -10,8 +10,10 @@ from rich.table import Table
 import posbias
 from posbias.cli.common import ID_MAX, JsonOpt, err, out, pct, pp, print_json, settings_of
 from posbias.cli.errors import BadUsage
-from posbias.schemas import Comparison
-from posbias.schemas.bounds import MAX_BATCH_SIZE
+from posbias.schemas.limits import MAX_BATCH_SIZE
+
+if TYPE_CHECKING:
+    from posbias.schemas import Comparison
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -23,7 +23,11 @@ from posbias.cli.common import (
     settings_of,
 )
 from posbias.cli.errors import BadUsage
-from posbias.schemas import BASELINE, Curve, CurveAxis, CurveQuery, PosbiasError
+from posbias.schemas.choices import BASELINE, CurveAxis
+from posbias.schemas.errors import PosbiasError
+
+if TYPE_CHECKING:
+    from posbias.schemas import Curve
 
 RevisionOpt = Annotated[str | None, typer.Option(help="Model revision on the hub.")]
 
@@ -122,6 +126,8 @@ def curve(
             plot=plot,
         )
         return
+    from posbias.schemas import CurveQuery
+
     query = CurveQuery(model=model, revision=revision, batch_size=batch_size, job_id=job, variant=variant)
     curves = posbias.curves(query, settings=settings_of(ctx), by=by, bin_width=bin_width)
     if plot is not None:

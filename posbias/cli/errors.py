@@ -12,7 +12,7 @@ import typer
 from typer.exceptions import TyperException
 
 import posbias
-from posbias.schemas import PosbiasError, UsageError, foreign_problem, one_line
+from posbias.schemas.errors import PosbiasError, UsageError, foreign_problem, one_line
 
 INTERNAL = "internal error"
 """How a line about a bug begins (after `error: `): the fuzz programs count these."""
@@ -50,6 +50,14 @@ def line(exc: BaseException) -> tuple[str | None, int]:
         "and report it)",
         1,
     )
+
+
+def help_asked(exc: BaseException) -> str | None:
+    """The help typer raises, as a usage error, for a group run with no command (`posbias`, `posbias db`);
+    None for any other exception."""
+    if isinstance(exc, TyperException) and type(exc).__name__ == "NoArgsIsHelpError":
+        return exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return None
 
 
 def _flat(text: str) -> str:

@@ -3,7 +3,7 @@ model's sliding window puts a step in it."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -12,8 +12,11 @@ import posbias
 from posbias.cli.attention_view import print_attention_explanations
 from posbias.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
 from posbias.cli.options import print_options
-from posbias.schemas import BASELINE, Interval
-from posbias.schemas.explanation import Explanation
+from posbias.schemas.choices import BASELINE
+
+if TYPE_CHECKING:
+    from posbias.schemas import Interval
+    from posbias.schemas.explanation import Explanation
 
 
 def register(app: typer.Typer) -> None:

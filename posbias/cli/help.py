@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from posbias.schemas.bounds import INT64_MAX
+from posbias.schemas.limits import INT64_MAX
 
 OTHER = "Options"
 """The group of options that name none."""
@@ -26,18 +26,26 @@ def tidy(command: Any) -> Any:
     """`command` (typer's built command) and its subcommands with grouped options and bounds in words; the
     top command's subcommands in `COMMAND_GROUPS`."""
     _tidy(command)
-    if getattr(command, "commands", None):
+    if hasattr(command, "list_commands"):
         command.format_commands = types.MethodType(_format_command_groups, command)
     return command
 
 
+def tidy_options(command: Any) -> Any:
+    """`command` and its subcommands with grouped options and bounds in words (a subcommand loaded after
+    `tidy` saw the top command)."""
+    _tidy(command)
+    return command
+
+
 def _format_command_groups(self: Any, ctx: Any, formatter: Any) -> None:
-    limit = formatter.width - 6 - max((len(name) for name in self.commands), default=0)
+    names = self.list_commands(ctx)
+    limit = formatter.width - 6 - max((len(name) for name in names), default=0)
     placed = {name: group for group, names in COMMAND_GROUPS.items() for name in names}
     rows: dict[str, list[tuple[str, str]]] = {group: [] for group in COMMAND_GROUPS}
-    for name in self.list_commands(ctx):
-        sub = self.commands[name]
-        if getattr(sub, "hidden", False):
+    for name in names:
+        sub = self.get_command(ctx, name)  # loads a command not yet loaded
+        if sub is None or getattr(sub, "hidden", False):
             continue
         rows.setdefault(placed.get(name, "Other commands"), []).append((name, sub.get_short_help_str(limit)))
     for group, found in rows.items():

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 import posbias
 from posbias.cli.common import ID_MAX, JobArg, JsonOpt, describe_variant, out, print_json, settings_of
-from posbias.schemas import BASELINE, JobRecord
+from posbias.schemas.choices import BASELINE
+
+if TYPE_CHECKING:
+    from posbias.schemas import JobRecord
 
 
 def register(app: typer.Typer) -> None:

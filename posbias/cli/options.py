@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
 from posbias.cli.common import out, pct
-from posbias.schemas import OptionsView
+
+if TYPE_CHECKING:
+    from posbias.schemas import OptionsView
 
 
 def print_options(views: list[OptionsView]) -> None:

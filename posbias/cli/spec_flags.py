@@ -11,7 +11,7 @@ import json
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,20 +19,12 @@ import posbias
 from posbias.cli.common import err
 from posbias.cli.errors import BadUsage
 from posbias.cli.spec_panels import dressed
-from posbias.schemas import (
-    AnswerMode,
-    AnswerOrder,
-    ChatTemplateUse,
-    Design,
-    EndpointApi,
-    EngineName,
-    FakeAxis,
-    FillerPlace,
-    JobSpec,
-    ModelNotCheckedWarning,
-    PosbiasError,
-    RotationCostWarning,
-)
+from posbias.schemas.choices import EndpointApi, EngineName, FakeAxis, FillerPlace
+from posbias.schemas.errors import ModelNotCheckedWarning, PosbiasError, RotationCostWarning
+from posbias.schemas.modes import AnswerMode, AnswerOrder, ChatTemplateUse, Design
+
+if TYPE_CHECKING:
+    from posbias.schemas import JobSpec
 
 SpecFile = Annotated[
     Path | None,
@@ -250,6 +242,8 @@ def build_spec(
     fake_window: int | None = None,
     limit: int | None = None,
 ) -> tuple[JobSpec, list[str]]:
+    from posbias.schemas import JobSpec
+
     overrides: dict[str, Any] = {}
     if variant:
         overrides["variants"] = [_variant_flag(text) for text in variant]
@@ -429,7 +423,9 @@ def caught_cautions(ctx: typer.Context) -> Iterator[None]:
 def takes_spec(command: Callable[..., None]) -> Callable[..., None]:
     """Give a command every flag of `SPEC_FLAGS` in place of its `spec` parameter; it receives the
     validated `JobSpec` (a spec file, overridden by the flags)."""
-    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    # `spec`'s annotation is replaced, so the command's module may import `JobSpec` for type checking only.
+    signature = inspect.signature(command, eval_str=True, locals={"JobSpec": Any})
+    own = list(signature.parameters.values())
     spec_at = [p.name for p in own].index("spec")
     flags = [
         inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=annotation)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posbias.schemas import EngineOptions, FakeSpec, FillerSpec, JobSpec
-
 PANELS: dict[str, tuple[str, ...]] = {
     "What to run": (
         "spec_file",
@@ -61,9 +59,37 @@ PANELS: dict[str, tuple[str, ...]] = {
 """The `--help` groups of the job-spec flags, in order; `submit` and `run` add an `Output` group."""
 
 
-def _defaults() -> dict[str, str]:
-    """What a flag left out means: the spec's default, shown in `--help` (the flags themselves default to
-    None, so that a spec file's value stands)."""
+DEFAULTS: dict[str, str] = {
+    "batch_sizes": "1,5,10,20,50",
+    "iterations": "100",
+    "seed": "0",
+    "priority": "0",
+    "design": "random",
+    "answer_mode": "free",
+    "answer_order": "forward",
+    "filler_where": "end",
+    "filler_source": "builtin",
+    "filler_tokens": "no filler",
+    "shuffle_choices": "no-shuffle-choices",
+    "chat_template": "auto",
+    "engine": "vllm",
+    "tensor_parallel_size": "1",
+    "dtype": "auto",
+    "api": "auto",
+    "fake_first": "0.25",
+    "fake_last": "0.55",
+    "fake_malformed": "0.0",
+    "fake_depends_on": "position",
+}
+"""What a flag left out means: the spec's default, shown in `--help`. Written out rather than read from the
+records so that `--help` and a usage error cost no import of pydantic; `spec_defaults` reads the records,
+and tests/unit/test_cli_startup.py holds the two equal."""
+
+
+def spec_defaults() -> dict[str, str]:
+    """`DEFAULTS` as the records (`JobSpec`, `EngineOptions`, `FakeSpec`, `FillerSpec`) say them."""
+    from posbias.schemas import EngineOptions, FakeSpec, FillerSpec, JobSpec
+
     spec, engine, fake = JobSpec.model_fields, EngineOptions.model_fields, FakeSpec.model_fields
     filler = FillerSpec.model_fields
 
@@ -97,10 +123,9 @@ def _defaults() -> dict[str, str]:
 def dressed(flags: dict[str, Any]) -> dict[str, Any]:
     """`flags` with their `--help` group and the default a left-out flag means."""
     panel_of = {name: panel for panel, names in PANELS.items() for name in names}
-    defaults = _defaults()
     for name, annotation in flags.items():
         info = annotation.__metadata__[0]
         info.rich_help_panel = panel_of[name]
-        if name in defaults and info.show_default is True:
-            info.show_default = defaults[name]
+        if name in DEFAULTS and info.show_default is True:
+            info.show_default = DEFAULTS[name]
     return flags

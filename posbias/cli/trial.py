@@ -3,15 +3,17 @@ window marked, the raw output, and every answer."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 import posbias
 from posbias.cli.common import ID_MAX, JobArg, out, print_json, settings_of
 from posbias.cli.errors import BadUsage
-from posbias.schemas import AnswerView, QuestionSpan, TrialView
-from posbias.schemas.bounds import MAX_BATCH_SIZE
+from posbias.schemas.limits import MAX_BATCH_SIZE
+
+if TYPE_CHECKING:
+    from posbias.schemas import AnswerView, QuestionSpan, TrialView
 
 
 def register(app: typer.Typer) -> None:

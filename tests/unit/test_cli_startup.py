@@ -1,0 +1,119 @@
+"""A usage error or `--help` is said before the heavy imports: the command parses its flags first and loads
+only the module of the command asked for (`posbias/cli/app.py`), whose records, API and store come with the
+work (benchmarks/cli_startup.py measures the time; here, what was imported)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from posbias.cli import app
+from posbias.cli.spec_panels import DEFAULTS, spec_defaults
+
+HEAVY = (
+    "numpy",
+    "pandas",
+    "yaml",
+    "sqlalchemy",
+    "alembic",
+    "ray",
+    "torch",
+    "vllm",
+    "transformers",
+    "posbias.api",
+    "posbias.service",
+    "posbias.workers",
+    "posbias.schemas.record",  # every pydantic record stands on it
+)
+"""What a usage error must not cost. pydantic is not here: typer (0.20 and later) checks flag values with
+it, so it comes with the flags, whereas the records are posbias's own cost."""
+
+PROBE = """
+import json, sys
+from posbias.cli.app import run
+code = run(sys.argv[2:])
+with open(sys.argv[1], "w") as found:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, found)
+"""
+
+CASES = [
+    pytest.param(("status", "--bogus"), 2, "No such option: --bogus", id="unknown-flag"),
+    pytest.param(("status", "--limit", "x"), 2, "Invalid value for '--limit'", id="not-an-integer"),
+    pytest.param(("status", "--limit", "0"), 2, "Invalid value for '--limit'", id="out-of-bounds"),
+    pytest.param(("curve", "--by", "nope"), 2, "Invalid value for '--by'", id="unknown-choice"),
+    pytest.param(("db", "current", "--bogus"), 2, "No such option: --bogus", id="group-unknown-flag"),
+    pytest.param(("statu",), 2, "Did you mean 'status'?", id="misspelt-command"),
+    pytest.param(("db",), 2, "error: name a command", id="group-alone"),
+    pytest.param(("curve", "--help"), 0, "", id="curve-help"),
+    pytest.param(("compare", "--help"), 0, "", id="compare-help"),
+    pytest.param(("explain", "--help"), 0, "", id="explain-help"),
+    pytest.param(("models", "--help"), 0, "", id="models-help"),
+    pytest.param(("--help",), 0, "", id="top-help"),
+    pytest.param(("submit", "--help"), 0, "", id="submit-help"),
+    pytest.param(("submit", "--bogus"), 2, "No such option: --bogus", id="submit-unknown-flag"),
+    pytest.param(("submit", "--iterations", "x"), 2, "Invalid value for '--iterations'", id="submit-not-int"),
+    pytest.param(("submit", "--design", "nope"), 2, "Invalid value for '--design'", id="submit-choice"),
+    pytest.param(("schedule", "--help"), 0, "", id="schedule-help"),
+    pytest.param(("schedule", "list", "--bogus"), 2, "No such option: --bogus", id="schedule-unknown-flag"),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "said"), CASES)
+def test_a_usage_error_or_help_comes_before_the_heavy_imports(
+    tmp_path: Path, args: tuple[str, ...], code: int, said: str
+) -> None:
+    # A process of its own: what this test session has imported says nothing about a command's start.
+    report = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(report), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "POSBIAS_DATABASE_URL": "sqlite:///never.db"},
+    )
+    found = json.loads(report.read_text())
+    assert found["code"] == code, done.stderr
+    assert said in done.stderr
+    if code == 0 or args == ("db",):
+        assert "Usage: posbias" in done.stdout
+    if code != 0:
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+    imported = [m for m in found["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert imported == [], f"posbias {' '.join(args)} imported {imported[:8]}"
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_every_command_is_found_where_the_app_looks_for_it() -> None:
+    # `app.COMMANDS` names each command's module so that only that one is imported; a command a module
+    # declares but the table lacks would be missing from `posbias`.
+    for home in sorted(set(app.COMMANDS.values())):
+        module = importlib.import_module(f"posbias.cli.{home}")
+        declared = app._declared(home)
+        assert declared, home
+        for name in declared:
+            assert app.COMMANDS.get(name) == home, f"{name} (posbias/cli/{home}.py) is not in app.COMMANDS"
+        assert hasattr(module, "register") or hasattr(module, "app")
+
+
+def test_help_shows_the_defaults_the_records_have() -> None:
+    # `--help` shows them without importing the records; the records are where they are decided.
+    assert spec_defaults() == DEFAULTS
+
+
+def test_every_name_of_the_schemas_resolves_to_its_definition() -> None:
+    # `posbias.schemas` imports each name from its module on first use: a name whose module is misnamed
+    # in `_HOMES` would fail only when first used.
+    import posbias.schemas as schemas
+
+    for name in schemas.__all__:
+        value = getattr(schemas, name)
+        home = importlib.import_module(f"posbias.schemas.{schemas._HOMES[name]}")
+        assert getattr(home, name) is value, name
+        if isinstance(value, type):
+            assert value.__module__ == home.__name__, f"{name} is defined in {value.__module__}"
