@@ -23,6 +23,7 @@ def db_upgrade(
             help="Add posbias's tables to a database that already holds another application's tables."
         ),
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Apply migrations (creates the store if it does not exist).
 
@@ -34,13 +35,14 @@ def db_upgrade(
         version = posbias.upgrade_store(revision, settings=settings_of(ctx), force=force)
     except posbias.RevisionError as exc:
         raise BadUsage(str(exc)) from None
-    out.print(_in_words(version))
+    _print_version(version, as_json=as_json)
 
 
 @app.command("downgrade")
 def db_downgrade(
     ctx: typer.Context,
     revision: Annotated[str, typer.Argument(help="Target revision, e.g. -1 or base.")],
+    as_json: JsonOpt = False,
 ) -> None:
     """Revert migrations down to REVISION (`base` removes every table; results are lost).
 
@@ -50,7 +52,7 @@ def db_downgrade(
         version = posbias.downgrade_store(revision, settings=settings_of(ctx))
     except posbias.RevisionError as exc:
         raise BadUsage(str(exc)) from None
-    out.print(_in_words(version))
+    _print_version(version, as_json=as_json)
 
 
 @app.command("current")
@@ -73,10 +75,28 @@ def db_current(
     version = posbias.store_version(settings=settings_of(ctx), wait=wait, on_waiting=err.print)
     now, head = version.current, version.head
     if as_json:
-        print_json({"current": now, "head": head, "up_to_date": version.up_to_date})
+        print_json(_version_json(version))
     else:
         state = "up to date" if version.up_to_date else "run `posbias db upgrade`"
         out.print(f"current: {now or 'none (never upgraded)'}; newest: {head} ({state})")
+
+
+def _version_json(version: posbias.StoreVersion) -> dict[str, object]:
+    """Where the store's schema stands, for scripts: the store (no password), its revision (None: no
+    posbias tables), the newest revision, and whether it is up to date."""
+    return {
+        "store": version.store,
+        "current": version.current,
+        "head": version.head,
+        "up_to_date": version.up_to_date,
+    }
+
+
+def _print_version(version: posbias.StoreVersion, *, as_json: bool) -> None:
+    if as_json:
+        print_json(_version_json(version))
+    else:
+        out.print(_in_words(version))
 
 
 def _in_words(version: posbias.StoreVersion) -> str:

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 import posbias
-from posbias.cli.common import JobArg, out, settings_of
+from posbias.cli.common import JobArg, JsonOpt, out, print_json, settings_of
 from posbias.cli.errors import BadUsage
-from posbias.schemas import PosbiasError
+from posbias.schemas.errors import PosbiasError
 
 
 def register(app: typer.Typer) -> None:
@@ -28,6 +28,7 @@ def export(
         str | None, typer.Option("--format", help="csv or parquet (default: from --out).")
     ] = (None),
     force: Annotated[bool, typer.Option("--force", help="Replace --out if it is an existing file.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write every result row of a job (its model, variant, design and filler; trial id, position, gold,
     predicted, tokens, probabilities). Every export has the same columns and types, so the Parquet files of
@@ -38,6 +39,8 @@ def export(
 
     Example: posbias export 3 --out results.parquet
     """
+    if as_json and str(output) == "/dev/stdout":
+        raise BadUsage("--json and --out /dev/stdout would both write to standard output: drop one")
     try:
         posbias.export_format(output, output_format)  # a flag to fix (exit 2), before the store is opened
     except PosbiasError as exc:
@@ -48,4 +51,7 @@ def export(
         )
     except posbias.OutputExists as exc:
         raise BadUsage(str(exc)) from None
-    out.print(f"wrote {summary.rows} results of job {job} to {summary.path}")
+    if as_json:
+        print_json(summary.model_dump(mode="json"))
+    else:
+        out.print(f"wrote {summary.rows} results of job {job} to {summary.path}")

@@ -22,7 +22,7 @@ FAKE = ("--engine", "fake", "--fake-first", "0.2", "--fake-last", "0.8")
 
 
 def test_submit_worker_status_curve_export_compare(cli: Posbias, tmp_path: Path) -> None:
-    cli("db", "upgrade")
+    assert cli("db", "upgrade", "--json").json()["up_to_date"] is True
     first = cli("submit", *FAKE, "--batch-sizes", "1,5", "--iterations", "20", "--json").json()
     assert first["created"] is True and first["trials"] == 40
 
@@ -49,6 +49,7 @@ def test_submit_worker_status_curve_export_compare(cli: Posbias, tmp_path: Path)
     assert "done" in cli("status").stdout
 
     curves = cli("curve", "--model", "fake", "--format", "json").json()
+    assert cli("curve", "--model", "fake", "--json").json() == curves
     assert [c["batch_size"] for c in curves] == [1, 5]
     five = curves[1]
     assert [p["position"] for p in five["points"]] == [1, 2, 3, 4, 5]
@@ -84,8 +85,9 @@ def test_submit_worker_status_curve_export_compare(cli: Posbias, tmp_path: Path)
     exported = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
     assert len(exported) == 20 * 1 + 20 * 5
     assert {r["parse_status"] for r in exported} == {"ok"}
-    cli("export", str(first["job_id"]), "--out", "results.parquet")
-    assert pq.read_table(tmp_path / "results.parquet").num_rows == 120
+    written = cli("export", str(first["job_id"]), "--out", "results.parquet", "--json").json()
+    assert (written["rows"], written["format"]) == (120, "parquet")
+    assert pq.read_table(tmp_path / written["path"]).num_rows == 120
 
     worse = cli(
         "submit",
