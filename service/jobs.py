@@ -62,29 +62,11 @@ def submit(
     With an `idempotency_key` that already names a job, return that job instead (also when two submits
     race); a different spec under the same key is a `ConflictError`.
     """
-    _check_plan(plan)
-    answer_sheets.check(db, spec, plan)
-    if idempotency_key is not None and (
-        not idempotency_key.strip() or len(idempotency_key) > MAX_KEY or "\x00" in idempotency_key
-    ):
-        raise PosbiasError(
-            f"an idempotency key is 1 to {MAX_KEY} characters of text (got {len(idempotency_key)} characters)"
-        )
-    spec_hash = spec.spec_hash()
+    check_submission(db, spec, plan, idempotency_key=idempotency_key)
     try:
         with db.write() as session:
-            if idempotency_key is not None:
-                existing = _job_by_key(session, idempotency_key)
-                if existing is not None:
-                    return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
-            job_id = _insert_job(
-                session,
-                spec,
-                plan,
-                idempotency_key=idempotency_key,
-                spec_hash=spec_hash,
-                endpoint=endpoint,
-                context=context,
+            return submit_in(
+                session, spec, plan, idempotency_key=idempotency_key, endpoint=endpoint, context=context
             )
     except IntegrityError:
         # Two submits with one key: the unique constraint let one in; the other returns its job.
@@ -94,7 +76,50 @@ def submit(
             existing = _job_by_key(session, idempotency_key)
         if existing is None:
             raise
-        return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
+        return _resubmitted(existing, key=idempotency_key, spec_hash=spec.spec_hash())
+
+
+def check_submission(db: Database, spec: JobSpec, plan: Plan, *, idempotency_key: str | None) -> None:
+    """What `submit` checks before it writes (the plan, an answer-sheet job, the key); the caller of
+    `submit_in` runs it first, outside its transaction. `PosbiasError` naming the fix."""
+    _check_plan(plan)
+    answer_sheets.check(db, spec, plan)
+    if idempotency_key is not None and (
+        not idempotency_key.strip() or len(idempotency_key) > MAX_KEY or "\x00" in idempotency_key
+    ):
+        raise PosbiasError(
+            f"an idempotency key is 1 to {MAX_KEY} characters of text (got {len(idempotency_key)} characters)"
+        )
+
+
+def submit_in(
+    session: Session,
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    idempotency_key: str | None = None,
+    endpoint: EndpointReport | None = None,
+    context: EngineContext | None = None,
+) -> Submitted:
+    """`submit` in the caller's write transaction (a session of `Database.write`, after `check_submission`):
+    the job's rows are committed, or rolled back, with whatever else the caller writes there, so that a
+    record that names the job (a schedule's checkpoint) is never stored without it. A key that already
+    names a job returns that job. A concurrent insert of the same key raises `IntegrityError`, which ends
+    the caller's transaction: the caller retries it, or holds a lock that keeps a second insert out."""
+    spec_hash = spec.spec_hash()
+    if idempotency_key is not None:
+        existing = _job_by_key(session, idempotency_key)
+        if existing is not None:
+            return _resubmitted(existing, key=idempotency_key, spec_hash=spec_hash)
+    job_id = _insert_job(
+        session,
+        spec,
+        plan,
+        idempotency_key=idempotency_key,
+        spec_hash=spec_hash,
+        endpoint=endpoint,
+        context=context,
+    )
     return Submitted(job_id=job_id, created=True, trials=len(plan.trials), shards=len(plan.shards))
 
 

@@ -8,7 +8,8 @@ schedule: find new checkpoints, submit their jobs, judge the finished ones, post
 It never runs a job (`posbias worker` does) and is safe to run from cron, even twice at once: a checkpoint
 row is unique per (schedule, name), its job is submitted under the idempotency key
 `schedule/<name>/<checkpoint>/<spec hash>`, a verdict is written only over `pending`, and a verdict is
-posted by the one tick that claims it.
+posted by the one tick that claims it. A checkpoint's record, its job and the link between them are written
+in one transaction, so a tick that fails or is killed midway leaves no checkpoint without its job.
 
 This module holds the tick and writes what it finds; it calls on `service.schedules` for the schedules and
 their checkpoints, `service.checkpoints` to find new checkpoints, `service.verdicts` for every verdict (it
@@ -19,13 +20,16 @@ results back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
-from posbias.schemas import PosbiasError
+from posbias.schemas import PosbiasError, QuestionPool
 from posbias.schemas.schedule import FINAL_VERDICTS, Announcement, Verdict, VerdictDetail
 from posbias.service import jobs, submission
 from posbias.service.checkpoints import (
@@ -112,17 +116,29 @@ class TickReport:
     `tick --fail-on-regression` fails on (the same state gives the same answer, however often it runs)."""
 
 
+Progress = Callable[[str, int, int], None]
+"""`on_progress(schedule, checkpoints taken, checkpoints to take)`, called as a tick submits their jobs."""
+
+
 def tick(
-    db: Database, *, settings: Settings, name: str | None = None, hub: HubClient | None = None
+    db: Database,
+    *,
+    settings: Settings,
+    name: str | None = None,
+    hub: HubClient | None = None,
+    on_progress: Progress | None = None,
 ) -> TickReport:
     """One round for schedule `name` (default: every schedule): find new checkpoints, submit their jobs,
     judge finished jobs against their baselines, and post new verdicts to `settings.webhook_url`.
 
     A paused schedule only gets its verdicts. A source that cannot be looked at (hub unreachable, folder
-    gone) is recorded on its schedule and the tick carries on.
+    gone) is recorded on its schedule and the tick carries on. Each checkpoint is one transaction: its
+    record, its job and the link between them are stored together or not at all (`_take`).
     """
     schedules = [get_schedule(db, name)] if name is not None else list_schedules(db)
-    done = [_tick_one(db, schedule, settings=settings, hub=hub) for schedule in schedules]
+    done = [
+        _tick_one(db, schedule, settings=settings, hub=hub, on_progress=on_progress) for schedule in schedules
+    ]
     announced, failures = announce(db, settings=settings)
     return TickReport(
         schedules=done,
@@ -133,7 +149,12 @@ def tick(
 
 
 def _tick_one(
-    db: Database, schedule: ScheduleRecord, *, settings: Settings, hub: HubClient | None
+    db: Database,
+    schedule: ScheduleRecord,
+    *,
+    settings: Settings,
+    hub: HubClient | None,
+    on_progress: Progress | None,
 ) -> ScheduleTick:
     discovery = Discovery()
     discovered: list[str] = []
@@ -147,8 +168,9 @@ def _tick_one(
         else:
             known = {c.name for c in list_checkpoints(db, schedule.name)}
             discovery = scan_hub(hub or default_hub(), schedule.source, known=known)
-        discovered = _record_checkpoints(db, schedule.id, discovery.found)
-        submitted = _submit_waiting(db, schedule, settings=settings)
+        discovered, submitted = _take_checkpoints(
+            db, schedule, discovery.found, settings=settings, on_progress=on_progress
+        )
     with db.write() as session:
         session.execute(
             update(Schedule)
@@ -168,74 +190,161 @@ def _tick_one(
     )
 
 
-def _record_checkpoints(db: Database, schedule_id: int, found: Sequence[Found]) -> list[str]:
-    """Insert the checkpoints not recorded yet; returns the names this call inserted. ON CONFLICT DO
-    NOTHING on (schedule, name): a concurrent tick that inserted one first wins, and nothing fails."""
-    if not found:
-        return []
-    now = now_utc()
-    ordered = sorted(found, key=lambda f: order_key(f.name, f.step))
-    rows = [
-        {
-            "schedule_id": schedule_id,
-            "name": f.name,
-            "step": f.step,
-            "model": f.model,
-            "revision": f.revision,
-            "discovered_at": now,
-            "verdict": Verdict.pending,
-            "announce_attempts": 0,
-        }
-        for f in ordered
-    ]
-    inserted: list[str] = []
-    with db.write() as session:
-        for start in range(0, len(rows), 500):
-            statement = (
-                dialect_insert(db.dialect, Checkpoint)
-                .values(rows[start : start + 500])
-                .on_conflict_do_nothing(index_elements=["schedule_id", "name"])
-                .returning(Checkpoint.name)
-            )
-            inserted += session.scalars(statement).all()
-    new = set(inserted)
-    return [f.name for f in ordered if f.name in new]
-
-
-def _submit_waiting(db: Database, schedule: ScheduleRecord, *, settings: Settings) -> list[Submitted]:
-    """Submit a job for every checkpoint that has none yet. A checkpoint whose job cannot be prepared
-    (its spec, its model folder, the dataset) gets verdict `error` with the reason."""
-    submitted = []
+def _take_checkpoints(
+    db: Database,
+    schedule: ScheduleRecord,
+    found: Sequence[Found],
+    *,
+    settings: Settings,
+    on_progress: Progress | None,
+) -> tuple[list[str], list[Submitted]]:
+    """Record each checkpoint in `found` not recorded yet and submit its job, and submit one for each
+    recorded checkpoint still waiting for its job, in checkpoint order; returns the names this call
+    recorded and the jobs it submitted. A checkpoint whose job cannot be prepared (its spec, its model
+    folder, the dataset) gets verdict `error` with the reason."""
     with db.read() as session:
-        waiting = [
-            c
-            for c in checkpoint_records(session, schedule.id)
-            if c.job_id is None and c.verdict is Verdict.pending
-        ]
-    for checkpoint in waiting:
-        try:
-            spec = checkpoint_spec(schedule, model=checkpoint.model, revision=checkpoint.revision)
-            prepared = submission.prepare(spec, settings=settings)
-            job = jobs.submit(
-                db,
-                prepared.spec,
-                prepared.plan,
-                idempotency_key=idempotency_key(schedule.name, checkpoint.name, spec),
-                endpoint=prepared.endpoint,
-                context=prepared.engine_context,
-            )
-        except PosbiasError as exc:
-            detail = not_submitted(schedule, checkpoint, problem=exc)
-            _settle(db, checkpoint.id, detail, settings=settings, from_verdict=Verdict.pending, job_none=True)
-            continue
-        with db.write() as session:
-            session.execute(
-                update(Checkpoint)
-                .where(Checkpoint.id == checkpoint.id, Checkpoint.job_id.is_(None))
-                .values(job_id=job.job_id)
-            )
-        submitted.append(Submitted(checkpoint=checkpoint.name, job_id=job.job_id, created=job.created))
-    return submitted
+        recorded = {c.name: c for c in checkpoint_records(session, schedule.id)}
+    now = now_utc()
+    todo = [
+        *(c for c in recorded.values() if c.job_id is None and c.verdict is Verdict.pending),
+        *(_new_record(f, discovered_at=now) for f in found if f.name not in recorded),
+    ]
+    todo.sort(key=lambda c: order_key(c.name, c.step))
+    pools: dict[str, QuestionPool] = {}  # one template: its dataset is read once for every checkpoint
+    discovered: list[str] = []
+    submitted: list[Submitted] = []
+    for done, checkpoint in enumerate(todo):
+        if on_progress is not None:
+            on_progress(schedule.name, done, len(todo))
+        inserted, job = _take(db, schedule, checkpoint, settings=settings, pools=pools)
+        if inserted:
+            discovered.append(checkpoint.name)
+        if job is not None:
+            submitted.append(job)
+    if on_progress is not None and todo:
+        on_progress(schedule.name, len(todo), len(todo))
+    return discovered, submitted
+
+
+def _new_record(found: Found, *, discovered_at: datetime) -> CheckpointRecord:
+    """A checkpoint found but not recorded yet (id 0 until `_take` inserts it)."""
+    return CheckpointRecord(
+        id=0,
+        name=found.name,
+        step=found.step,
+        model=found.model,
+        revision=found.revision,
+        discovered_at=discovered_at,
+        job_id=None,
+        job_status=None,
+        job_error=None,
+        verdict=Verdict.pending,
+        detail=None,
+        evaluated_at=None,
+        announcement=None,
+    )
+
+
+def _take(
+    db: Database,
+    schedule: ScheduleRecord,
+    checkpoint: CheckpointRecord,
+    *,
+    settings: Settings,
+    pools: dict[str, QuestionPool],
+) -> tuple[bool, Submitted | None]:
+    """One checkpoint in one transaction: its record (when new), and its job with the link to it, or its
+    verdict `error`; a failure anywhere rolls all of it back, so no checkpoint is stored without its job.
+    The job is prepared first, outside the transaction (planning may take seconds, and on SQLite the write
+    lock is held from the first statement on). Returns whether this call recorded the checkpoint, and its
+    job (`created` False when a concurrent tick submitted it first)."""
+    prepared: tuple[str, submission.Prepared] | PosbiasError
+    try:
+        spec = checkpoint_spec(schedule, model=checkpoint.model, revision=checkpoint.revision)
+        key = idempotency_key(schedule.name, checkpoint.name, spec)
+        ready = submission.prepare(spec, settings=settings, pools=pools)
+        jobs.check_submission(db, ready.spec, ready.plan, idempotency_key=key)
+        prepared = (key, ready)
+    except PosbiasError as exc:
+        prepared = exc
+    try:
+        return _write_take(db, schedule, checkpoint, prepared, settings=settings)
+    except IntegrityError:
+        # Another writer inserted this job's key between the look for it and the insert (PostgreSQL only:
+        # SQLite has one writer at a time). Everything was rolled back; now the look finds that job.
+        return _write_take(db, schedule, checkpoint, prepared, settings=settings)
+
+
+def _write_take(
+    db: Database,
+    schedule: ScheduleRecord,
+    checkpoint: CheckpointRecord,
+    prepared: tuple[str, submission.Prepared] | PosbiasError,
+    *,
+    settings: Settings,
+) -> tuple[bool, Submitted | None]:
+    with db.write() as session:
+        inserted, row = _checkpoint_row(session, schedule.id, checkpoint)
+        if row is None:  # its schedule was removed meanwhile
+            return False, None
+        if row.job_id is not None:
+            return inserted, Submitted(checkpoint=checkpoint.name, job_id=row.job_id, created=False)
+        if row.verdict is not Verdict.pending:
+            return inserted, None  # a concurrent tick judged it
+        if isinstance(prepared, PosbiasError):
+            detail = not_submitted(schedule, checkpoint, problem=prepared)
+            _settle_in(session, row.id, detail, settings=settings, from_verdict=Verdict.pending)
+            return inserted, None
+        key, ready = prepared
+        job = jobs.submit_in(
+            session,
+            ready.spec,
+            ready.plan,
+            idempotency_key=key,
+            endpoint=ready.endpoint,
+            context=ready.engine_context,
+        )
+        _link(session, row.id, job.job_id)
+    return inserted, Submitted(checkpoint=checkpoint.name, job_id=job.job_id, created=job.created)
+
+
+def _checkpoint_row(
+    session: Session, schedule_id: int, checkpoint: CheckpointRecord
+) -> tuple[bool, Checkpoint | None]:
+    """The checkpoint's row, inserted when new (ON CONFLICT DO NOTHING on (schedule, name): a concurrent
+    tick that inserted it first wins) and locked for this transaction; whether this call inserted it."""
+    statement = (
+        dialect_insert(session.get_bind().dialect.name, Checkpoint)
+        .values(
+            schedule_id=schedule_id,
+            name=checkpoint.name,
+            step=checkpoint.step,
+            model=checkpoint.model,
+            revision=checkpoint.revision,
+            discovered_at=checkpoint.discovered_at,
+            verdict=Verdict.pending,
+            announce_attempts=0,
+        )
+        .on_conflict_do_nothing(index_elements=["schedule_id", "name"])
+        .returning(Checkpoint.id)
+    )
+    inserted = session.scalar(statement) is not None
+    row = session.scalar(
+        select(Checkpoint)
+        .where(Checkpoint.schedule_id == schedule_id, Checkpoint.name == checkpoint.name)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return inserted, row
+
+
+def _link(session: Session, checkpoint_id: int, job_id: int) -> None:
+    """Name the checkpoint's job on its record (in the transaction that wrote the job)."""
+    session.execute(
+        update(Checkpoint)
+        .where(Checkpoint.id == checkpoint_id, Checkpoint.job_id.is_(None))
+        .values(job_id=job_id)
+    )
 
 
 def _settle(
@@ -245,7 +354,19 @@ def _settle(
     *,
     settings: Settings,
     from_verdict: Verdict,
-    job_none: bool = False,
+) -> bool:
+    """Write a verdict over `from_verdict` in a transaction of its own (see `_settle_in`)."""
+    with db.write() as session:
+        return _settle_in(session, checkpoint_id, detail, settings=settings, from_verdict=from_verdict)
+
+
+def _settle_in(
+    session: Session,
+    checkpoint_id: int,
+    detail: VerdictDetail,
+    *,
+    settings: Settings,
+    from_verdict: Verdict,
 ) -> bool:
     """Write a verdict over `from_verdict` (only there: a concurrent tick that wrote first wins). A final
     verdict is queued for the webhook when one is configured. Returns True when this call wrote it."""
@@ -262,10 +383,7 @@ def _settle(
         values["announce_error"] = None
         values["announced_at"] = None
     statement = update(Checkpoint).where(Checkpoint.id == checkpoint_id, Checkpoint.verdict == from_verdict)
-    if job_none:
-        statement = statement.where(Checkpoint.job_id.is_(None))
-    with db.write() as session:
-        written = session.scalars(statement.values(**values).returning(Checkpoint.id)).all()
+    written = session.scalars(statement.values(**values).returning(Checkpoint.id)).all()
     return bool(written)
 
 

@@ -29,7 +29,7 @@ from posbias.service import database, jobs, schedule_report, scheduler, schedule
 from posbias.service.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
 from posbias.service.database import Database
 from posbias.service.settings import Settings
-from posbias.service.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus
+from posbias.service.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus, Shard, Trial
 from posbias.service.verdicts import MIN_ANSWERS
 from posbias.service.webhook import MAX_ANNOUNCE_ATTEMPTS
 from posbias.workers.fake_engine import FakeEngine
@@ -551,3 +551,139 @@ def test_pause_stops_discovery_and_remove_forgets_the_schedule_but_not_its_jobs(
     assert schedules.list_schedules(db) == [] and count_jobs(db) == 2
     with pytest.raises(NotFoundError, match="no schedule 'nightly'"):
         scheduler.tick(db, settings=settings, name="nightly")
+
+
+# --- one transaction per checkpoint, and progress ------------------------------------------------------
+
+
+class Injected(RuntimeError):
+    """A fault a test raises inside a tick, between two of its writes."""
+
+
+def stored(db: Database) -> dict[str, tuple[int | None, Verdict]]:
+    """Every checkpoint row as (its job, its verdict); every job, shard and trial must belong to one."""
+    with db.read() as session:
+        rows = {c.name: (c.job_id, c.verdict) for c in session.scalars(select(Checkpoint))}
+        job_ids = set(session.scalars(select(Job.id)))
+        owners = {
+            table.__name__: set(session.scalars(select(table.job_id).distinct())) for table in (Shard, Trial)
+        }
+    assert job_ids == {job for job, _ in rows.values() if job is not None}  # no job without its checkpoint
+    assert all(found <= job_ids for found in owners.values()), owners  # no rows of a job rolled back
+    return rows
+
+
+# (what fails, on which of its calls, the checkpoints the failed tick leaves stored)
+FAULTS = [
+    pytest.param(scheduler, "_checkpoint_row", 2, ["ckpt-1"], id="after-the-record"),
+    pytest.param(jobs, "submit_in", 2, ["ckpt-1"], id="after-the-job"),
+    pytest.param(scheduler, "_link", 2, ["ckpt-1"], id="after-the-link"),
+    pytest.param(scheduler, "_settle_in", 1, ["ckpt-1", "ckpt-2"], id="after-the-error-verdict"),
+]
+
+
+@pytest.mark.parametrize(("module", "step", "call", "left"), FAULTS)
+def test_a_tick_failing_midway_leaves_no_checkpoint_half_written_and_the_next_tick_takes_it(
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    module: Any,
+    step: str,
+    call: int,
+    left: list[str],
+) -> None:
+    """ckpt-3's job cannot be prepared (a bad test hook: verdict `error`). The fault is raised right after
+    the step's `call`-th write, inside the checkpoint's transaction: that checkpoint must be stored not at
+    all, the ones before it whole."""
+    folder = tmp_path / "run"
+    write_checkpoint(folder, "ckpt-1")
+    write_checkpoint(folder, "ckpt-2")
+    write_checkpoint(folder, "ckpt-3", hook={"not a hook key": 1})
+    add(db, settings, folder, template=SMALL)
+    real = getattr(module, step)
+    calls = Counter[str]()
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        done = real(*args, **kwargs)
+        calls[step] += 1
+        if calls[step] == call:
+            raise Injected(f"after {step}")
+        return done
+
+    monkeypatch.setattr(module, step, failing)
+    with pytest.raises(Injected):
+        scheduler.tick(db, settings=settings)
+    rows = stored(db)
+    assert sorted(rows) == left
+    assert all(job is not None for job, _ in rows.values())
+    monkeypatch.undo()
+
+    done = scheduler.tick(db, settings=settings).schedules[0]
+    assert done.discovered == [name for name in ("ckpt-1", "ckpt-2", "ckpt-3") if name not in left]
+    rows = stored(db)
+    assert sorted(rows) == ["ckpt-1", "ckpt-2", "ckpt-3"]
+    assert rows["ckpt-3"] == (None, Verdict.error)
+    assert all(
+        job is not None and verdict is Verdict.pending for job, verdict in (rows["ckpt-1"], rows["ckpt-2"])
+    )
+    assert "could not submit its job" in by_name(db)["ckpt-3"].reason
+    assert count_jobs(db) == 2
+
+
+def test_a_checkpoint_recorded_without_its_job_by_an_older_tick_gets_one(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """A store written before ticks were one transaction per checkpoint may hold a pending checkpoint with
+    no job: the next tick submits it, and records it only once."""
+    folder = tmp_path / "run"
+    write_checkpoint(folder, "old-1")
+    record = add(db, settings, folder, template=SMALL)
+    with db.write() as session:
+        session.add(
+            Checkpoint(
+                schedule_id=record.id,
+                name="old-1",
+                model=str(folder / "old-1"),
+                discovered_at=record.created_at,
+                verdict=Verdict.pending,
+                announce_attempts=0,
+            )
+        )
+    done = scheduler.tick(db, settings=settings).schedules[0]
+    assert done.discovered == [] and [s.checkpoint for s in done.submitted] == ["old-1"]
+    assert stored(db)["old-1"][0] == done.submitted[0].job_id
+
+
+def test_a_tick_over_many_checkpoints_shows_its_progress_and_keeps_json_clean(
+    sqlite_url: str, fast_settings: Callable[..., Settings], mmlu_dir: Path, tmp_path: Path
+) -> None:
+    """Asked for (`--verbose`; a terminal's stderr gets a bar), the progress is lines on stderr; stdout is
+    the JSON alone."""
+    from support.in_process import run_cli
+
+    folder = tmp_path / "run"
+    names = [f"ckpt-{i}" for i in range(12)]
+    for name in names:
+        write_checkpoint(folder, name)
+    settings = fast_settings(sqlite_url, mmlu_dir=mmlu_dir)
+    with database.connect(sqlite_url) as db:
+        add(db, settings, folder, template=SMALL)
+    env = {
+        "POSBIAS_DATABASE_URL": sqlite_url,
+        "POSBIAS_MMLU_DIR": str(mmlu_dir),
+        "POSBIAS_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    ran = run_cli(
+        ["--verbose", "schedule", "tick", "--json"], env=env, folder=tmp_path, drop_prefix="POSBIAS_"
+    )
+    assert ran.code == 0, ran.stderr
+    report = json.loads(ran.stdout)
+    assert sorted(s["checkpoint"] for s in report["schedules"][0]["submitted"]) == sorted(names)
+    lines = ran.stderr.splitlines()
+    assert "schedule nightly: 0/12 checkpoints" in lines
+    assert lines[-1] == "schedule nightly: 12/12 checkpoints"
+
+    again = run_cli(["schedule", "tick", "--json"], env=env, folder=tmp_path, drop_prefix="POSBIAS_")
+    assert again.code == 0 and again.stderr == ""  # not asked for, not a terminal: nothing
+    json.loads(again.stdout)
