@@ -160,14 +160,19 @@ def dry_run(
     *,
     settings: Settings | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    on_render: Callable[[int, int], None] | None = None,
 ) -> DryRun:
     """Trials, shards and prompt tokens per batch size, without enqueueing anything. `on_progress(trials
-    planned, total)` is called while a large plan is built, as for `submit`."""
+    planned, total)` is called while a large plan is built, as for `submit`; `on_render(done, total)` as
+    prompts are measured (a vLLM job's longest, as for `submit`, then those whose tokens it counts: one
+    per filler length and batch size at least)."""
     from posbias.service import submission
 
     settings = _settings(settings)
-    prepared = submission.prepare(_spec(spec), settings=settings, check_cost=False, on_progress=on_progress)
-    return submission.dry_run(prepared, settings=settings)
+    prepared = submission.prepare(
+        _spec(spec), settings=settings, check_cost=False, on_progress=on_progress, on_measure=on_render
+    )
+    return submission.dry_run(prepared, settings=settings, on_progress=on_render)
 
 
 # --- jobs ---------------------------------------------------------------------------------------------
@@ -180,15 +185,19 @@ def submit(
     settings: Settings | None = None,
     idempotency_key: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    on_render: Callable[[int, int], None] | None = None,
 ) -> Submitted:
     """Validate, plan and enqueue a job. With an `idempotency_key` that already names a job with the same
     spec, that job is returned and nothing is written. `on_progress(trials planned, total)` is called while
-    a large plan is built."""
+    a large plan is built; `on_render(done, total)` as a vLLM job's longest prompt is measured (one batch
+    size at one filler length at a time)."""
     from posbias.service import submission
 
     settings = _settings(settings)
     with _store(settings) as db:
-        prepared = submission.prepare(_spec(spec), settings=settings, on_progress=on_progress)
+        prepared = submission.prepare(
+            _spec(spec), settings=settings, on_progress=on_progress, on_measure=on_render
+        )
         return job_store.submit(
             db,
             prepared.spec,

@@ -22,7 +22,7 @@ jobs it submits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,15 +122,22 @@ def resume_schedule(name: str, *, settings: Settings | None = None) -> ScheduleR
 
 
 @edge.public
-def tick_schedules(name: str | None = None, *, settings: Settings | None = None) -> TickReport:
+def tick_schedules(
+    name: str | None = None,
+    *,
+    settings: Settings | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> TickReport:
     """One round for schedule `name` (default: every schedule): find new checkpoints, submit their jobs,
     judge finished ones against their baselines, post new verdicts to `settings.webhook_url`. Runs no job
-    itself, and is safe to run from cron, even twice at once. `report.regressions` names the schedules
-    whose newest compared checkpoint is a regression (what a CI gate fails on)."""
+    itself, and is safe to run from cron, even twice at once; a tick that fails or is stopped midway leaves
+    no checkpoint recorded without its job. `report.regressions` names the schedules whose newest compared
+    checkpoint is a regression (what a CI gate fails on). `on_progress(schedule, checkpoints taken, to
+    take)` is called as their jobs are submitted."""
     name = None if name is None else edge.text(name, what="schedule name")
     settings = _settings(settings)
     with _store(settings) as db:
-        return scheduler.tick(db, settings=settings, name=name)
+        return scheduler.tick(db, settings=settings, name=name, on_progress=on_progress)
 
 
 @edge.public

@@ -17,7 +17,7 @@ refusal is always for a prompt that really is too long.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from posbias.schemas import EngineContext, JobSpec, Plan, PosbiasError, Trial
@@ -71,18 +71,26 @@ class Context:
 
 
 def longest_prompt(
-    spec: JobSpec, plan: Plan, *, tokenizer: Tokenizer | None, budget: int | None = None
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    tokenizer: Tokenizer | None,
+    budget: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Longest | None:
     """The longest prompt of `plan` plus its answer budget, over all batch sizes; None for a plan with no
     trials. A bound (see the module's docstring), except where the bound exceeds `budget` (the context
     there is to fit in): there every prompt of the batch size is counted exactly, so that a job is refused
-    only for a prompt that really does not fit."""
+    only for a prompt that really does not fit. `on_progress(groups measured, groups)` is called as it
+    goes, a group being one batch size at one filler length (5,000 filler lengths take a while)."""
     groups: dict[tuple[int, int], list[Trial]] = {}
     for trial in plan.trials:
         groups.setdefault((trial.batch_size, trial.filler_tokens), []).append(trial)
     blocks = _block_tokens(spec, plan, tokenizer=tokenizer) if tokenizer is not None else {}
     longest: Longest | None = None
-    for (batch_size, filler), trials in sorted(groups.items()):
+    for done, ((batch_size, filler), trials) in enumerate(sorted(groups.items())):
+        if on_progress is not None and done % 20 == 0:
+            on_progress(done, len(groups))
         answers = spec.sampling.max_tokens_for(len(trials[0].asked()), answer_mode=spec.answer_mode)
         if tokenizer is None:
             chars = max(len(_render(spec, plan, trial, tokenizer=None).text) for trial in trials)
@@ -94,6 +102,8 @@ def longest_prompt(
             found = Longest(batch_size, prompt, answers, True, filler)
         if longest is None or found.tokens > longest.tokens:
             longest = found
+    if on_progress is not None and groups:
+        on_progress(len(groups), len(groups))
     return longest
 
 

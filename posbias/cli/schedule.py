@@ -7,16 +7,22 @@ and leaves errors to `errors.py`: `PosbiasError` is one line and exit 1, a usage
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 import posbias
 from posbias.cli.common import JsonOpt, err, out, print_json, settings_of
-from posbias.schemas import FINISHED_JOB_STATUSES, Interval, PosbiasError
-from posbias.schemas.bounds import MAX_BATCH_SIZE
-from posbias.schemas.schedule import HubRevisions, PositionDrop, RegressionRule
+from posbias.cli.schedule_json import checkpoint_json, report_json, schedule_json, tick_json
+from posbias.cli.submit import StepProgress
+from posbias.schemas.choices import HubRevisions
+from posbias.schemas.errors import PosbiasError
+from posbias.schemas.limits import MAX_BATCH_SIZE
+
+if TYPE_CHECKING:
+    from posbias.schemas import Interval
+    from posbias.schemas.schedule import PositionDrop, RegressionRule
 
 app = typer.Typer(
     help="Regression runs: evaluate each new checkpoint of a model and judge it against a baseline.",
@@ -35,6 +41,8 @@ def _rule(
     confidence: float,
 ) -> RegressionRule:
     from pydantic import ValidationError
+
+    from posbias.schemas.schedule import RegressionRule
 
     try:
         return RegressionRule(
@@ -126,7 +134,7 @@ def add(
     except posbias.ScheduleSpecError as exc:
         ctx.fail(str(exc))
     if as_json:
-        print_json(_schedule_json(record))
+        print_json(schedule_json(record))
         return
     out.print(f"added schedule {record.name}: {record.source_text}, baseline {record.baseline_text}")
     out.print(f"rule: {record.rule.describe()}")
@@ -141,7 +149,7 @@ def list_(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """
     found = posbias.list_schedules(settings=settings_of(ctx))
     if as_json:
-        print_json([{**_schedule_json(s.schedule), "checkpoints": len(s.checkpoints)} for s in found])
+        print_json([{**schedule_json(s.schedule), "checkpoints": len(s.checkpoints)} for s in found])
         return
     if not found:
         out.print("no schedules yet: `posbias schedule add --help`")
@@ -173,7 +181,12 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     found = posbias.schedule(name, settings=settings_of(ctx))
     record, checkpoints = found.schedule, found.checkpoints
     if as_json:
-        print_json({**_schedule_json(record), "checkpoints": [_checkpoint_json(c) for c in checkpoints]})
+        print_json(
+            {
+                **schedule_json(record),
+                "checkpoints": [checkpoint_json(c) for c in checkpoints],
+            }
+        )
         return
     out.print(f"schedule {record.name} ({'paused' if record.paused else 'active'}): {record.source_text}")
     out.print(f"baseline: {record.baseline_text}; rule: {record.rule.describe()}")
@@ -227,7 +240,7 @@ def resume(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
 
 def _print_paused(record: posbias.ScheduleRecord, *, as_json: bool) -> None:
     if as_json:
-        print_json(_schedule_json(record))
+        print_json(schedule_json(record))
     else:
         out.print(f"schedule {record.name} is {'paused' if record.paused else 'active'}")
 
@@ -264,7 +277,7 @@ def tick(
     Example: posbias schedule tick nightly --run --fail-on-regression
     """
     settings = settings_of(ctx)
-    done = posbias.tick_schedules(name, settings=settings)
+    done = _tick(name, settings=settings)
     ran: list[int] = []
     before = done
     if run:
@@ -274,10 +287,13 @@ def tick(
             out.print(f"running jobs {', '.join(map(str, ran))} here" if ran else "no jobs to run")
         if ran:
             posbias.dispatch(ran, settings=settings)
-        done = posbias.tick_schedules(name, settings=settings)
+        done = _tick(name, settings=settings)
     if as_json:
         print_json(
-            {**_tick_json(done), **({"ran_jobs": ran, "first_tick": _tick_json(before)} if run else {})}
+            {
+                **tick_json(done),
+                **({"ran_jobs": ran, "first_tick": tick_json(before)} if run else {}),
+            }
         )
     else:
         _print_tick(done)
@@ -289,8 +305,25 @@ def tick(
         )
 
 
+MANY_CHECKPOINTS = 10
+"""Checkpoints a tick submits jobs for: fewer take a few seconds and need no progress shown."""
+
+
+def _tick(name: str | None, *, settings: posbias.Settings) -> posbias.TickReport:
+    """One tick, with its progress on stderr while it submits many checkpoints' jobs (`StepProgress`)."""
+    with StepProgress(asked=settings.verbose) as progress:
+
+        def taken(schedule: str, done: int, total: int) -> None:
+            if total >= MANY_CHECKPOINTS:
+                progress.update(f"schedule {schedule}", done, total, unit="checkpoints")
+
+        return posbias.tick_schedules(name, settings=settings, on_progress=taken)
+
+
 def _unfinished_jobs(name: str | None, *, settings: posbias.Settings) -> list[int]:
     """The jobs of the schedules (or of schedule `name`) that have not finished, oldest first."""
+    from posbias.schemas import FINISHED_JOB_STATUSES
+
     states = (
         [posbias.schedule(name, settings=settings)] if name else posbias.list_schedules(settings=settings)
     )
@@ -324,34 +357,6 @@ def _print_tick(done: posbias.TickReport) -> None:
         out.print(f"posted {len(done.announced)} verdicts to the webhook")
 
 
-def _tick_json(done: posbias.TickReport) -> dict[str, Any]:
-    return {
-        "schedules": [
-            {
-                "schedule": s.schedule,
-                "paused": s.paused,
-                "discovered": s.discovered,
-                "waiting": [{"checkpoint": w.name, "reason": w.reason} for w in s.waiting],
-                "submitted": [
-                    {"checkpoint": x.checkpoint, "job_id": x.job_id, "created": x.created}
-                    for x in s.submitted
-                ],
-                "settled": [
-                    {"checkpoint": v.checkpoint, "verdict": v.verdict.value, "reason": v.reason}
-                    for v in s.settled
-                ],
-                "problem": s.problem,
-            }
-            for s in done.schedules
-        ],
-        "announced": done.announced,
-        "announce_failures": done.announce_failures,
-        "regressions": [
-            {"schedule": r.schedule, "checkpoint": r.checkpoint, "reason": r.reason} for r in done.regressions
-        ],
-    }
-
-
 # --- report ---------------------------------------------------------------------------------------------
 
 
@@ -379,7 +384,7 @@ def report(
     if plot is not None:
         found.plot(plot)
     if as_json:
-        print_json(_report_json(found))
+        print_json(report_json(found))
         return
     table = Table(
         title=f"schedule {name} - batch size {found.batch_size}, baseline {found.schedule.baseline_text}"
@@ -406,25 +411,6 @@ def report(
         out.print(f"wrote {plot}")
 
 
-def _report_json(found: posbias.ScheduleReport) -> dict[str, Any]:
-    return {
-        "schedule": found.schedule.name,
-        "batch_size": found.batch_size,
-        "baseline": found.schedule.baseline_text,
-        "rule": found.schedule.rule.model_dump(mode="json"),
-        "checkpoints": [
-            {
-                **_checkpoint_json(row.checkpoint),
-                "first_accuracy": row.first_accuracy,
-                "last_accuracy": row.last_accuracy,
-                "contrast": None if row.contrast is None else row.contrast.model_dump(mode="json"),
-                "worst_drop": None if row.worst_drop is None else row.worst_drop.model_dump(mode="json"),
-            }
-            for row in found.rows
-        ],
-    }
-
-
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -441,43 +427,3 @@ def _drop(value: PositionDrop | None) -> str:
     if value.flagged:
         return f"{100 * value.diff:+.1f} pts at {value.where} (at most {100 * value.upper:+.1f}) *"
     return f"{100 * value.diff:+.1f} pts at {value.where} (at least {100 * value.lower:+.1f})"
-
-
-# --- JSON -----------------------------------------------------------------------------------------------
-
-
-def _schedule_json(r: posbias.ScheduleRecord) -> dict[str, Any]:
-    source: dict[str, Any]
-    if isinstance(r.source, posbias.FolderSource):
-        source = {"folder": str(r.source.path)}
-    else:
-        source = {"hub": r.source.repo, "branch": r.source.branch, "revisions": r.source.revisions.value}
-    return {
-        "name": r.name,
-        "source": source,
-        "template": r.template,
-        "baseline": r.baseline.value,
-        "baseline_job_id": r.baseline_job_id,
-        "rule": r.rule.model_dump(mode="json"),
-        "paused": r.paused,
-        "created_at": r.created_at,
-        "last_tick_at": r.last_tick_at,
-        "last_error": r.last_error,
-    }
-
-
-def _checkpoint_json(c: posbias.CheckpointRecord) -> dict[str, Any]:
-    return {
-        "checkpoint": c.name,
-        "step": c.step,
-        "model": c.model,
-        "revision": c.revision,
-        "discovered_at": c.discovered_at,
-        "job_id": c.job_id,
-        "job_status": c.job_status.value if c.job_status else None,
-        "verdict": c.verdict.value,
-        "reason": c.reason,
-        "detail": None if c.detail is None else c.detail.model_dump(mode="json"),
-        "evaluated_at": c.evaluated_at,
-        "announcement": c.announcement.value if c.announcement else None,
-    }

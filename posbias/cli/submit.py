@@ -3,8 +3,9 @@ run here to the end with a progress bar."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import (
@@ -22,7 +23,10 @@ from posbias.cli.common import describe_variant, err, out, print_json, settings_
 from posbias.cli.curves import print_curve
 from posbias.cli.errors import BadUsage
 from posbias.cli.spec_flags import caught_cautions, print_cautions, takes_spec
-from posbias.schemas import DryRun, JobSpec, PosbiasError, ShardResult, Submitted
+from posbias.schemas.errors import PosbiasError
+
+if TYPE_CHECKING:
+    from posbias.schemas import DryRun, JobSpec, ShardResult, Submitted
 
 
 def register(app: typer.Typer) -> None:
@@ -65,14 +69,23 @@ def submit(
     """
     settings = settings_of(ctx)
     if dry_run:
-        with _PlanProgress() as progress, caught_cautions(ctx):
-            found = posbias.dry_run(spec, settings=settings, on_progress=progress.update)
+        with StepProgress(asked=settings.verbose) as progress, caught_cautions(ctx):
+            found = posbias.dry_run(
+                spec,
+                settings=settings,
+                on_progress=progress.step("planning", unit="trials", at_least=LARGE_PLAN),
+                on_render=progress.step("measuring prompts", unit="", at_least=MANY_PROMPTS),
+            )
         _print_dry_run(found, as_json=as_json)
         print_cautions(ctx)
         return
-    with _PlanProgress() as progress, caught_cautions(ctx):
+    with StepProgress(asked=settings.verbose) as progress, caught_cautions(ctx):
         submitted = posbias.submit(
-            spec, settings=settings, idempotency_key=idempotency_key, on_progress=progress.update
+            spec,
+            settings=settings,
+            idempotency_key=idempotency_key,
+            on_progress=progress.step("planning", unit="trials", at_least=LARGE_PLAN),
+            on_render=progress.step("measuring prompts", unit="", at_least=MANY_PROMPTS),
         )
     print_cautions(ctx)
     if as_json:
@@ -264,38 +277,72 @@ def run(
         )
 
 
-class _PlanProgress:
-    """Trials planned out of the job's total, on a terminal's stderr, while a large plan is built."""
+class StepProgress:
+    """How far a long step has got (`label: done/total unit`), on stderr: a bar, cleared at the end, when
+    stderr is a terminal; a plain line at each tenth done when it is not but progress is asked for
+    (`--verbose`, or POSBIAS_VERBOSE); otherwise nothing, so that a pipe or a log gets no noise. One bar
+    serves one step after another."""
 
-    LARGE = 50_000
-    """Plans smaller than this are built too fast to need it."""
-
-    def __init__(self) -> None:
+    def __init__(self, *, asked: bool = False) -> None:
+        self._asked = asked
         self._bar: Progress | None = None
         self._task: Any = None
+        self._label = ""
+        self._said: dict[str, int] = {}
 
-    def __enter__(self) -> _PlanProgress:
+    def __enter__(self) -> StepProgress:
         return self
 
-    def update(self, planned: int, total: int) -> None:
-        if total < self.LARGE or not err.is_terminal:
-            return
+    def step(self, label: str, *, unit: str, at_least: int = 1) -> Callable[[int, int], None]:
+        """A callback `(done, total)` for the step `label` (e.g. `planning`) counting `unit`; steps of
+        fewer than `at_least` items are done too fast to show."""
+
+        def update(done: int, total: int) -> None:
+            if total >= at_least:
+                self.update(label, done, total, unit=unit)
+
+        return update
+
+    def update(self, label: str, done: int, total: int, *, unit: str) -> None:
+        """`done` of `total` items of step `label`."""
+        if err.is_terminal:
+            self._draw(label, done, total, unit=unit)
+        elif self._asked and total > 0:
+            if done == 0:  # the step starts (again: a dry run measures prompts twice)
+                self._said.pop(label, None)
+            tenth = 10 * done // total
+            if tenth > self._said.get(label, -1):
+                self._said[label] = tenth
+                err.print(f"{label}: {done:,}/{total:,} {unit}".rstrip())
+
+    def _draw(self, label: str, done: int, total: int, *, unit: str) -> None:
         if self._bar is None:
             self._bar = Progress(
-                TextColumn("planning"),
+                TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("trials"),
+                TextColumn("{task.fields[unit]}"),
                 console=err,
                 transient=True,
             )
-            self._task = self._bar.add_task("planning", total=total)
+            self._task = self._bar.add_task(label, total=total, unit=unit)
+            self._label = label
             self._bar.start()
-        self._bar.update(self._task, completed=planned)
+        if label != self._label:
+            self._label = label
+            self._bar.reset(self._task, total=total, description=label, unit=unit)
+        self._bar.update(self._task, completed=done, total=total)
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+LARGE_PLAN = 50_000
+"""Trials: plans smaller than this are built too fast to need a progress bar."""
+MANY_PROMPTS = 200
+"""Prompts to measure (or batch sizes x filler lengths whose longest is measured): fewer take too little
+time to need a progress bar."""
 
 
 class _ProgressBar:

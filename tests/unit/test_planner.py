@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +154,44 @@ def test_shard_spec_is_self_contained(make_pool: PoolFactory) -> None:
     assert ShardSpec.model_validate_json(built.model_dump_json()) == built
     with pytest.raises(ValueError, match="not in `questions`"):
         shard_spec(spec, job_id=9, shard_id=42, trials=trials, questions={})
+
+
+def test_a_dry_run_over_many_filler_lengths_shows_its_progress_and_keeps_json_clean(
+    mmlu_dir: Path, tmp_path: Path
+) -> None:
+    """220 filler lengths: one prompt rendered per length to count its tokens. Asked for (`--verbose`; a
+    terminal's stderr gets a bar), the progress is lines on stderr, and stdout is the JSON alone."""
+    from support.in_process import run_cli
+
+    spec = {"model": "m", "engine": {"name": "fake"}, "batch_sizes": [2], "iterations": 1}
+    spec["filler"] = {"tokens": list(range(220))}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {"POSBIAS_MMLU_DIR": str(mmlu_dir), "POSBIAS_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["submit", "spec.json", "--dry-run", "--json"]
+    ran = run_cli(["--verbose", *args], env=env, folder=tmp_path, drop_prefix="POSBIAS_")
+    assert ran.code == 0, ran.stderr
+    assert len(json.loads(ran.stdout)["designs"]) == 220
+    lines = ran.stderr.splitlines()
+    assert lines[0] == "measuring prompts: 0/220"
+    assert lines[-1] == "measuring prompts: 220/220"
+    assert not (tmp_path / "posbias.db").exists()  # a dry run writes nothing
+
+
+def test_measuring_the_longest_prompt_reports_each_filler_length_and_batch_size(
+    make_pool: PoolFactory,
+) -> None:
+    """What submit shows while it sizes a vLLM job's context: one group per batch size and filler length."""
+    from posbias.service.context import longest_prompt
+    from posbias.workers.fake_engine import FakeTokenizer
+
+    spec = _spec(batch_sizes=[2, 3], iterations=1, filler={"tokens": list(range(0, 300, 10))})
+    calls: list[tuple[int, int]] = []
+    found = longest_prompt(
+        spec,
+        plan(spec, pool=make_pool(50)),
+        tokenizer=FakeTokenizer(),
+        on_progress=lambda *c: calls.append(c),
+    )
+    assert found is not None and found.filler_tokens == 290
+    assert calls[0] == (0, 60) and calls[-1] == (60, 60)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
