@@ -8,15 +8,25 @@ import stat
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import Field, ValidationError, model_validator
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from posbias.schemas import PosbiasError, WorkerConfig
-from posbias.schemas.spec_file import describe_validation_error
+from posbias.schemas import PosbiasError, UsageError, WorkerConfig
 
 ENV_FILE = ".env"
 MAX_ENV_FILE_BYTES = 1 << 20
 """A `.env` larger than this is a mistake (it holds a few settings)."""
+
+
+class SettingsError(UsageError):
+    """A setting that cannot be used as given (from `POSBIAS_*`, `.env` or `Settings(...)`): one line naming
+    the setting, its variable, and what it must be."""
+
+
+HIDDEN_VALUES = frozenset({"database_url", "webhook_url"})
+"""Settings whose value an error never quotes: they may hold a password or a token."""
 
 
 def _default_cache_dir() -> Path:
@@ -160,18 +170,40 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
+    def _check_heartbeat(self) -> Self:
+        if self.heartbeat_seconds >= self.lease_seconds:
+            # Every lease would lapse between two heartbeats, and another dispatcher could take the shard.
+            raise ValueError(
+                f"heartbeat_seconds: {self.heartbeat_seconds:g} is not below lease_seconds "
+                f"{self.lease_seconds:g}, so every lease would lapse between heartbeats; make "
+                "POSBIAS_HEARTBEAT_SECONDS a third of POSBIAS_LEASE_SECONDS or less"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_texts(self) -> Self:
         for name, value in self:
             text = str(value) if isinstance(value, str | Path) else None
             if text is None:
                 continue
             if "\x00" in text:
-                raise ValueError(f"{name}: holds a NUL character")
+                raise ValueError(f"{name}: holds a NUL character; remove it")
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError:
-                raise ValueError(f"{name}: is not valid UTF-8") from None
+                raise ValueError(f"{name}: is not valid UTF-8; write it as UTF-8 text") from None
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_line(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # Defined last, so it wraps the checks above too. A SettingsError is no ValueError, so pydantic
+        # passes it on as it is: `Settings(lease_seconds=inf)` raises the line the command prints for
+        # POSBIAS_LEASE_SECONDS=inf.
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise SettingsError(describe_setting_error(exc, fields=cls.model_fields)) from None
 
     def worker_config(self) -> WorkerConfig:
         """What a worker needs of these settings."""
@@ -191,10 +223,78 @@ def load_settings(**overrides: Any) -> Settings:
     parsed, and any invalid value, is a `PosbiasError` naming it (rather than a traceback in every command).
     """
     _check_env_file(Path(ENV_FILE))
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        raise PosbiasError(f"invalid POSBIAS_* setting: {describe_validation_error(exc)}") from None
+    return Settings(**overrides)  # SettingsError (a PosbiasError) names a setting that will not do
+
+
+def describe_setting_error(exc: ValidationError, *, fields: dict[str, FieldInfo]) -> str:
+    """One line for the first setting pydantic refused: the setting and its variable, the value (unless it
+    may hold a secret), what it must be, and the fix, e.g. `setting POSBIAS_LEASE_SECONDS (lease_seconds) is
+    inf: it must be a finite number above 0 and at most 86,400; set it so, or unset it for the default, 30`.
+    """
+    first = exc.errors()[0]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    loc = first["loc"]
+    name = str(loc[0]) if loc else ""
+    shown = ""
+    if not name:  # a check over the whole object: its message starts with the setting's name
+        head, _, rest = message.partition(": ")
+        if head in fields:
+            name, message = head, rest
+    elif name not in HIDDEN_VALUES:
+        value = first.get("input")
+        text = repr(value) if isinstance(value, str) else str(value)
+        shown = f" is {text if len(text) <= 40 else text[:37] + '...'}"
+    field = fields.get(name)
+    if field is None:
+        return f"invalid POSBIAS_* setting: {message}"
+    what = f"setting POSBIAS_{name.upper()} ({name}){shown}"
+    must = _numeric_bounds(field)
+    if must is not None and first["type"] in _NUMBER_ERRORS:
+        message = f"it must be {must}"
+    default = field.get_default(call_default_factory=True)
+    unset = ", or unset it" if default is None else f", or unset it for the default, {default}"
+    if must is not None and first["type"] in _NUMBER_ERRORS:
+        return f"{what}: {message}; set it so{unset}"
+    return f"{what}: {message}" + (f"; fix it{unset}" if loc else "")
+
+
+_NUMBER_ERRORS = frozenset(
+    {
+        "finite_number",
+        "float_parsing",
+        "float_type",
+        "int_parsing",
+        "int_type",
+        "int_from_float",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+    }
+)
+
+
+def _numeric_bounds(field: FieldInfo) -> str | None:
+    """`a finite number above 0 and at most 86,400`, from a numeric field's constraints; None otherwise."""
+    kinds = {float: "a finite number", int: "a whole number"}
+    annotation = field.annotation
+    kind = kinds.get(annotation) if isinstance(annotation, type) else None
+    if kind is None:
+        args = [a for a in getattr(annotation, "__args__", ()) if a is not type(None)]
+        kind = kinds.get(args[0]) if len(args) == 1 else None
+    if kind is None:
+        return None
+    words = []
+    for bound in field.metadata:
+        if isinstance(bound, Gt):
+            words.append(f"above {bound.gt:,}")
+        elif isinstance(bound, Ge):
+            words.append(f"at least {bound.ge:,}")
+        elif isinstance(bound, Lt):
+            words.append(f"below {bound.lt:,}")
+        elif isinstance(bound, Le):
+            words.append(f"at most {bound.le:,}")
+    return " ".join([kind, " and ".join(words)]).strip()
 
 
 def _check_env_file(file: Path) -> None:
