@@ -9,8 +9,8 @@ of them, and every case that must be a process of its own (Ray), run as the `pos
 run in this process that the Python API can be asked too (`Case.api`) is asked of it after the command: it
 must raise a posbias error with the command's line (a `UsageError` where the command's flags refuse it). It
 prints, per template and in all: cases, tracebacks, multi-line errors, hangs, wrong exit codes, internal
-errors, changed stores and folders, API calls and the API's problems, then each problem found. Exit code 1
-when any.
+errors, changed stores and folders, API calls and the API's problems, then each problem found; each store's
+rows and problems as soon as it is done. Exit code 1 when any.
 
     python benchmarks/fuzz.py                      # 3,000 cases per store, 150 of them as processes
     python benchmarks/fuzz.py --cases 200 --subprocess 10 --dialects sqlite   # a quick look
@@ -63,6 +63,8 @@ def main() -> int:
     counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     problems: list[str] = []
     slowest: list[tuple[float, str]] = []
+    reported = 0
+    first = args.dialects.split(",")[0]
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="posbias-fuzz-")))
         silent = stack.enter_context(fuzzcases.silent_server())
@@ -120,23 +122,38 @@ def main() -> int:
                     if asked.problems:
                         problems.append(f"{dialect}: api: {asked.report()}")
                 slowest.append((outcome.seconds, f"{dialect}: {case.describe()}"))
+            # This store's rows as soon as it is done: a full run takes an hour a store.
             done = sum(tally["cases"] for (store, _), tally in counts.items() if store == dialect)
             print(f"{dialect}: {done:,} cases in {time.monotonic() - started:.0f} s", flush=True)
+            _print_rows(counts, dialect, header=dialect == first)
+            for line in problems[reported:]:
+                print("problem:", line, flush=True)
+            reported = len(problems)
 
-    width = max(len(t) for _, t in counts) + 2
-    print(f"{'store':<11}{'template':<{width}}" + "".join(f"{c:>15}" for c in COLUMNS))
     totals: Counter[str] = Counter()
-    for (dialect, name), tally in sorted(counts.items()):
-        print(f"{dialect:<11}{name:<{width}}" + "".join(f"{tally[c]:>15,}" for c in COLUMNS))
+    for tally in counts.values():
         totals.update(tally)
-    print(f"{'all':<11}{'':<{width}}" + "".join(f"{totals[c]:>15,}" for c in COLUMNS))
-    print(
-        f"{totals['cases']:,} cases ({totals['processes']:,} as processes) in "
-        f"{time.monotonic() - started:.0f} s; slowest {max(slowest)[0]:.1f} s ({max(slowest)[1]})"
-    )
-    for line in problems:
-        print("problem:", line)
+    print(f"{'all':<11}{'':<{WIDTH}}" + "".join(f"{totals[c]:>15,}" for c in COLUMNS))
+    if slowest:
+        print(
+            f"{totals['cases']:,} cases ({totals['processes']:,} as processes) in "
+            f"{time.monotonic() - started:.0f} s; slowest {max(slowest)[0]:.1f} s ({max(slowest)[1]})"
+        )
+    print(f"{len(problems)} problems" if problems else "no problems")
     return 1 if problems else 0
+
+
+WIDTH = max(len(name) for name in fuzzcases.TEMPLATES) + 2
+"""The template column's width: every template's name fits, whichever a run draws."""
+
+
+def _print_rows(counts: dict[tuple[str, str], Counter[str]], dialect: str, *, header: bool) -> None:
+    """The table's rows of one store (with the header when it is the first store)."""
+    if header:
+        print(f"{'store':<11}{'template':<{WIDTH}}" + "".join(f"{c:>15}" for c in COLUMNS))
+    for (store, name), tally in sorted(counts.items()):
+        if store == dialect:
+            print(f"{store:<11}{name:<{WIDTH}}" + "".join(f"{tally[c]:>15,}" for c in COLUMNS), flush=True)
 
 
 if __name__ == "__main__":
