@@ -24,11 +24,12 @@ from posbias.schemas import (
     NotFoundError,
     PosbiasError,
 )
+from posbias.service import attention_curve, attention_explain
 from posbias.service import curves as curve_reports
 from posbias.service import jobs as job_store
 from posbias.service.database import Database
 from posbias.service.schedules import checkpoint_records
-from posbias.service.tables import Checkpoint, Result, Schedule, Trial
+from posbias.service.tables import AttentionLayer, AttentionPoint, Checkpoint, Result, Schedule, Trial
 
 BIN_WIDTH = 256
 """Token-distance bin width of a report's distance view (the `posbias curve` default)."""
@@ -119,8 +120,56 @@ def job_report(db: Database, job_id: int) -> dict[str, Any]:
         "explain": explained,
         "answers": {"columns": list(ANSWER_COLUMNS), "rows": answer_rows(db, job_id)},
         "schedule": schedule_of(db, job_id),
+        "attention": attention_of(db, job_id),
         "missing": missing,
     }
+
+
+def attention_bin_width(window: int | None) -> int:
+    """The token-distance bin width of a report's attention view: an eighth of the sliding window, so the
+    window falls on a bin edge and the decay within it shows in eight bins; `BIN_WIDTH` without a window."""
+    return max(1, window // 8) if window else BIN_WIDTH
+
+
+def attention_of(db: Database, job_id: int) -> dict[str, Any] | None:
+    """The attention section of an `hf` job: own-question attention by position and by token distance per
+    layer kind (the curves `posbias curve --metric attention` reads), each variant's layers as the canary
+    built them (the window to mark), and explain's attention section. None for a job without attention
+    rows (every engine but `hf`)."""
+    with db.read() as session:
+        found = session.scalar(select(AttentionPoint.job_id).where(AttentionPoint.job_id == job_id).limit(1))
+        if found is None:
+            return None
+        layers = session.execute(
+            select(AttentionLayer.variant, AttentionLayer.layer, AttentionLayer.kind, AttentionLayer.window)
+            .add_columns(AttentionLayer.passed)
+            .where(AttentionLayer.job_id == job_id)
+            .order_by(AttentionLayer.variant, AttentionLayer.layer)
+        ).all()
+    canary: dict[str, dict[str, Any]] = {}
+    for variant, layer, kind, window, passed in layers:
+        built = canary.setdefault(variant, {"window": None, "sliding": [], "global": [], "passed": True})
+        built[kind].append(layer)
+        built["passed"] = built["passed"] and bool(passed)
+        if kind == "sliding" and window is not None:
+            built["window"] = max(int(window), built["window"] or 0)
+    windows = [c["window"] for c in canary.values() if c["window"]]
+    bin_width = attention_bin_width(max(windows) if windows else None)
+    curves = {
+        by: [
+            c.model_dump(mode="json")
+            for c in attention_curve.attention_curves(db, job_id=job_id, by=by, bin_width=bin_width)
+        ]
+        for by in attention_curve.AXES
+    }
+    explained: list[dict[str, Any]] = []
+    for variant in dict.fromkeys(c["variant"] for c in curves["position"]):
+        try:
+            sections = attention_explain.explain_attention(db, [job_id], variant=variant)
+        except PosbiasError:
+            continue
+        explained.extend(e.model_dump(mode="json") for e in sections if e.job_id == job_id)
+    return {"bin_width": bin_width, "canary": canary, "curves": curves, "explain": explained}
 
 
 def _variants(curves: Sequence[dict[str, Any]]) -> list[str]:

@@ -84,7 +84,7 @@
     const W = 520, H = 300, L = 52, R = 14, T = 26, B = 44;
     const series = opts.series.filter((s) => !state.hidden.has(s.variant));
     const all = opts.series.flatMap((s) => s.points);
-    let xs = all.map((p) => p.x);
+    let xs = all.map((p) => p.x).concat(opts.series.length ? (opts.xMarks || []).map((m) => m.x) : []);
     if (!xs.length) xs = [0, 1];
     let x0 = Math.min(...xs), x1 = Math.max(...xs);
     if (x0 === x1) { x0 -= 1; x1 += 1; }
@@ -113,6 +113,12 @@
     if (opts.reference !== null && opts.reference !== undefined) {
       root.append(sv("line", { x1: L, x2: W - R, y1: Y(opts.reference), y2: Y(opts.reference),
         class: opts.referenceClass || "chance" }));
+    }
+    for (const m of opts.xMarks || []) {
+      if (m.x < x0 || m.x > x1) continue;
+      root.append(sv("line", { x1: X(m.x), x2: X(m.x), y1: T, y2: H - B, class: "window-line", stroke: variantColor(m.variant), "data-x": m.x }));
+      const right = X(m.x) > (L + W - R) / 2;
+      root.append(sv("text", { x: X(m.x) + (right ? -3 : 3), y: T + 10, class: "tick", "text-anchor": right ? "end" : "start", text: m.label }));
     }
     const clip = (v) => Math.min(y1, Math.max(y0, v));
     // Shading first, then lines, then points: a later series' shading never covers an earlier one's points.
@@ -153,7 +159,8 @@
       series.map((s) => el("span", { class: "key" },
         el("span", { class: "swatch", style: `background:${s.color}` + (s.dash ? ";opacity:0.6" : "") }), s.label)));
     const banded = series.some((s) => s.points.some((p) => known(p.blo)));
-    const note = opts.shadeNote === false ? null : el("div", { class: "shade-note", text: shadeNote(opts, banded) });
+    const note = opts.note ? el("div", { class: "shade-note", text: opts.note }) :
+      opts.shadeNote === false ? null : el("div", { class: "shade-note", text: shadeNote(opts, banded) });
     return el("figure", { class: "figure" }, root, legend, note);
   }
 
@@ -362,6 +369,103 @@
     return section;
   }
 
+  // Own-question attention of an hf job: by position and by token distance, one line per variant (colour)
+  // and layer kind (solid: global, dashed: sliding), the sliding window marked; then explain's section.
+  const KIND_DASH = { global: null, sliding: "6 3" };
+
+  function layersOf(report, curve) {
+    const built = report.attention.canary[curve.variant];
+    return (built && built[curve.layer_kind].length) || 1;
+  }
+
+  function attentionSeries(curves, report, by) {
+    const variants = [...new Set(curves.map((c) => c.variant))];
+    return curves.filter((c) => !state.hidden.has(c.variant)).map((c) => ({
+      label: (variants.length > 1 || c.variant !== "baseline" ? `${c.variant}, ` : "") + `${c.layer_kind} layers`,
+      variant: c.variant,
+      color: variantColor(c.variant),
+      dash: KIND_DASH[c.layer_kind] || null,
+      shade: false,
+      // n: the answers behind the point (each has one row per layer of the kind), as its trial list shows.
+      points: c.points.map((p) => ({
+        x: p.x, y: p.own_mean, n: Math.round(p.n / layersOf(report, c)), label: by === "position" ? String(p.x) : `${p.x - c.bin_width / 2} to ${p.x + c.bin_width / 2 - 1}`,
+        ref: Object.assign({ job: report.summary.id, axis: by, variant: c.variant, batch: c.batch_size, filler: "",
+          pos: by === "position" ? p.x : p.x - c.bin_width / 2, metric: "attention", kind: c.layer_kind,
+          own: p.own_mean, "own-max": p.own_max, rows: p.n, trials: p.trials }, by === "position" ? {} : { width: c.bin_width }),
+      })),
+    }));
+  }
+
+  // Where each variant's window reaches, on this chart's x axis: its width in tokens by token distance;
+  // by position, between the last position whose answer is on average a window or more away and the next.
+  function windowMarks(curves, canary, by) {
+    const marks = [];
+    for (const [variant, built] of Object.entries(canary)) {
+      if (!built.window || state.hidden.has(variant)) continue;
+      const windows = new Set(Object.values(canary).map((c) => c.window));
+      const label = `window ${built.window} tokens` + (windows.size > 1 ? ` (${variant})` : "");
+      let x = built.window;
+      if (by === "position") {
+        const c = curves.find((k) => k.variant === variant && k.points.some((p) => p.token_distance !== null));
+        const beyond = c ? c.points.filter((p) => p.token_distance !== null && p.token_distance >= built.window) : [];
+        if (!beyond.length || beyond.length === c.points.length) continue;
+        x = Math.max(...beyond.map((p) => p.x)) + 0.5;
+      }
+      // Variants whose windows end at one place share one line.
+      if (!marks.some((m) => m.x === x)) marks.push({ x, label, variant });
+    }
+    return marks;
+  }
+
+  function attentionSection(report) {
+    const att = report.attention;
+    if (!att) return null;
+    const section = el("section", { class: "attention" }, el("h3", { text: "attention on the question's own tokens (hf engine)" }));
+    const built = Object.entries(att.canary).map(([variant, c]) => `${variant}: ${c.sliding.length} sliding layers` +
+      (c.window ? ` (window ${c.window} tokens)` : "") + `, ${c.global.length} global; mask canary ${c.passed ? "passed" : "FAILED"}`);
+    section.append(el("p", { class: "note", text: `layers as built: ${built.join("; ") || "not recorded"}. ` +
+      "Each point: the share of an answer line's attention on its own question, averaged over heads, the layers of a kind and the trials." }));
+    const titles = { "position": "by position", "token-distance": `by token distance (bins of ${att.bin_width})` };
+    const sizes = new Map();
+    for (const by of ["position", "token-distance"]) {
+      for (const [n, group] of byBatchSize(att.curves[by] || [])) {
+        if (!sizes.has(n)) sizes.set(n, {});
+        sizes.get(n)[by] = group;
+      }
+    }
+    for (const [n, charts] of [...sizes.entries()].sort((a, b) => a[0] - b[0])) {
+      const row = el("div", { class: "figures" });
+      for (const by of ["position", "token-distance"]) {
+        const group = charts[by];
+        if (!group) continue;
+        const series = attentionSeries(group, report, by);
+        const top = Math.max(0.01, ...series.flatMap((s) => s.points.map((p) => p.y)));
+        row.append(chart({ title: `N = ${n}: own-question attention ${titles[by]}`, axis: `attention-${by}`, series,
+          xLabel: AXIS_TITLES[by], yLabel: "attention share (head mean)", xName: by === "position" ? "position" : "distance",
+          integerX: by === "position", yMax: Math.min(1, top * 1.1), yFormat: (v) => num(v, 2), xMarks: windowMarks(group, att.canary, by),
+          shadeNote: false, note: "solid: global layers; dashed: sliding layers; vertical line: where the sliding window ends" }));
+      }
+      section.append(row);
+    }
+    for (const e of att.explain) {
+      if (state.hidden.has(e.variant)) continue;
+      section.append(el("h4", { text: `${e.variant}: own-question attention by distance band` + (e.window ? ` (window ${e.window} tokens)` : "") }));
+      section.append(table(["layers", "token distance", "rows", "trials", "own (head mean)", "own (largest head)"],
+        e.bands.map((b) => [b.layer_kind, b.high === null ? `${b.low}+` : `${b.low}-${b.high}`, b.n, b.trials, num(b.own_mean), num(b.own_max)]),
+        { class: "attention-table" }));
+      const said = [];
+      if (e.decay_within_window !== null) said.push(`sliding layers: the window's far half gets ${e.decay_within_window.toFixed(2)}x the near half's attention (${e.decay_within_window < 1 ? "a decay within the window" : "no decay within the window"})`);
+      if (e.global_beyond !== null) said.push(`beyond the window the global layers give the question ${num(e.global_beyond)} (${e.global_beyond > 0 ? "they carry it" : "they do not"})`);
+      for (const a of e.aurocs.filter((x) => x.auroc !== null)) {
+        said.push(`${a.layer_kind} attention predicts correctness (job ${e.scored_job_id}) at a fixed position with AUROC ${a.auroc.toFixed(2)}` +
+          (a.low !== null ? ` (95% CI ${a.low.toFixed(2)} to ${a.high.toFixed(2)}, by trial)` : ` (no interval: ${a.trials} trials)`));
+      }
+      if (e.note) said.push(`AUROC: ${e.note}`);
+      for (const line of said) section.append(el("p", { class: "note", text: line }));
+    }
+    return section;
+  }
+
   function comparisonSection() {
     if (!DATA.comparisons || !DATA.comparisons.length) return null;
     const section = el("section", { class: "comparison", id: "comparison" }, el("h2", { text: "comparison" }));
@@ -390,7 +494,7 @@
     const section = el("section", { class: "job", id: `job-${s.id}` },
       el("h2", { text: `job ${s.id}: ${shortModel(s.model)} (${s.status})` }), summary(report), scheduleStrip(report));
     for (const axis of ["position", "answer-slot", "token-distance", "filler-length"]) section.append(curveSection(report, axis) || "");
-    section.append(heatmaps(report) || "", explainSection(report) || "");
+    section.append(heatmaps(report) || "", explainSection(report) || "", attentionSection(report) || "");
     const missing = Object.entries(report.missing);
     if (missing.length) section.append(el("ul", { class: "missing" }, missing.map(([k, v]) => el("li", { text: `${k}: ${v}` }))));
     return section;
@@ -406,6 +510,7 @@
     const report = jobById(ref.job);
     const cols = report.answers.columns, at = (name) => cols.indexOf(name);
     const pos = Number(ref.pos), filler = ref.filler === "" ? null : Number(ref.filler);
+    const width = ref.width ? Number(ref.width) : report.bin_width;
     const matches = report.answers.rows.filter((r) => {
       if (r[at("variant")] !== ref.variant) return false;
       if (ref.axis !== "filler-length" && r[at("batch_size")] !== Number(ref.batch)) return false;
@@ -414,14 +519,14 @@
       if (ref.axis === "answer-slot") return r[at("answer_slot")] === pos;
       if (ref.axis === "token-distance") {
         const d = r[at("token_distance")];
-        return d !== null && d >= pos && d < pos + report.bin_width;
+        return d !== null && d >= pos && d < pos + width;
       }
       return r[at("position")] === pos;
     });
     const panel = document.getElementById("point-trials");
     panel.replaceChildren();
     const correct = matches.filter((r) => r[at("correct")]).length;
-    const where = ref.axis === "token-distance" ? `distances ${pos} to ${pos + report.bin_width - 1}` : `${ref.axis} ${pos}`;
+    const where = ref.axis === "token-distance" ? `distances ${pos} to ${pos + width - 1}` : `${ref.axis} ${pos}`;
     panel.append(el("h2", { text: `job ${ref.job}, ${ref.variant}, N = ${ref.batch}` + (filler !== null ? `, filler ${filler}` : "") + `, ${where}` }),
       el("p", { text: `${matches.length} answers, ${correct} correct; click a trial to see its prompt and output` }),
       el("button", { type: "button", class: "close", onclick: () => { panel.hidden = true; }, text: "close" }));

@@ -5,6 +5,7 @@ band toggles change what is drawn; the viewer writes nothing. Screenshots go to 
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.error
 import urllib.request
@@ -18,12 +19,23 @@ from support import browser as chromium
 from support.in_process import run_cli
 
 import posbias
+from posbias.schemas import JobSpec, ShardResult
+from posbias.schemas.attention import (
+    AnswerSheet,
+    AttentionRow,
+    AttentionShard,
+    LayerCheck,
+    LayerKind,
+    MaskCanary,
+)
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import scheduler, schedules
+from posbias.service import jobs, planner, queue, scheduler, schedules
 from posbias.service.checkpoints import FolderSource
 from posbias.service.database import Database
 from posbias.service.settings import Settings
 from posbias.service.tables import Job, Result, Shard, Trial
+from posbias.workers.fake_engine import FakeEngine
+from posbias.workers.shard import run_shard
 
 pytestmark = pytest.mark.skipif(chromium.missing() is not None, reason=chromium.missing() or "")
 
@@ -220,3 +232,156 @@ def test_the_viewer_serves_the_store_read_only(
         page.load(view.url)
         chromium.finish_fake_job(db, running)
         page.wait_for(f".progress[data-job='{running}'] progress[value='9']", timeout=30)
+
+
+ATTENTION_WINDOW = 200
+"""The sliding window of the simulated `hf` job's canary (tokens): the fake prompts' first questions lie
+beyond it, the last ones inside."""
+
+
+def _with_attention(result: ShardResult) -> ShardResult:
+    """`result` as the `hf` engine returns it: attention rows for each answer in four layers (0 and 2
+    sliding with `ATTENTION_WINDOW`, 1 and 3 global) and the canary that built them. Own-question attention
+    falls with token distance; in a sliding layer it is exactly 0 a window or more back."""
+    answers = result.answers
+    rows = []
+    for trial, position, distance in zip(
+        answers.trial_index, answers.position, answers.token_distance, strict=True
+    ):
+        assert distance is not None
+        for layer in range(4):
+            sliding = layer % 2 == 0
+            jitter = 0.001 * ((trial * 7 + position * 3) % 5)  # trials differ
+            masked = sliding and distance >= ATTENTION_WINDOW
+            own = 0.0 if masked else (0.5 - 0.1 * layer) * 50 / (50 + distance) + jitter
+            rest = (1.0 - own) / 4
+            rows.append(
+                AttentionRow(
+                    trial_index=trial,
+                    position=position,
+                    layer=layer,
+                    layer_kind=LayerKind.sliding if sliding else LayerKind.global_,
+                    token_distance=distance,
+                    query_tokens=3,
+                    **dict.fromkeys(["sink_mean", "other_mean", "instructions_mean", "answers_mean"], rest),
+                    **dict.fromkeys(["sink_max", "other_max", "instructions_max"], 2 * rest),
+                    own_mean=own,
+                    own_max=min(1.0, 2 * own),
+                    beyond_window_mean=0.0 if sliding else 0.1,
+                    beyond_window_max=0.0 if sliding else 0.2,
+                )
+            )
+    canary = MaskCanary(
+        window=ATTENTION_WINDOW,
+        prompt_tokens=2 * ATTENTION_WINDOW,
+        layers=tuple(
+            LayerCheck(
+                layer=layer,
+                kind=LayerKind.sliding if layer % 2 == 0 else LayerKind.global_,
+                window=ATTENTION_WINDOW if layer % 2 == 0 else None,
+                beyond_mass=0.0 if layer % 2 == 0 else 0.05,
+                edge_mass=0.01,
+                passed=True,
+            )
+            for layer in range(4)
+        ),
+    )
+    attention = AttentionShard(
+        rows=tuple(rows),
+        canary=canary,
+        answer_sheet=AnswerSheet.gold,
+        state_bytes_per_trial=1000,
+        map_bytes_peak=1000,
+    )
+    return result.model_copy(update={"attention": attention})
+
+
+def _attention_job(db: Database) -> int:
+    """A job answered by the fake engine whose shards come back with attention figures, written by the
+    queue's own write path as an `hf` job's are (`queue.complete`, which writes the attention rows)."""
+    values = {"model": "fake/gemma-like", "engine": {"name": "fake"}, "batch_sizes": [4], "iterations": 6}
+    spec = JobSpec.model_validate({**values, "shard_size": 3, "answer_mode": "constrained", **VARIANTS})
+    job_id = jobs.submit(db, spec, planner.plan(spec, pool=chromium.question_pool())).job_id
+    while leases := queue.lease(db, owner="test", limit=1, lease_seconds=60, job_ids=[job_id]):
+        shard = leases[0].shard
+        engine = FakeEngine(
+            shard.fake, seed=spec.seed if shard.fake.seed is None else shard.fake.seed, model=shard.model
+        )
+        result = _with_attention(run_shard(shard, engine=engine))
+        assert queue.complete(db, [result], owner="test")[0].written
+    return job_id
+
+
+def _drawn(page: chromium.Browser, axis: str) -> dict[tuple[str, str, float], float]:
+    """Own-question attention as the page's points carry it: (variant, layer kind, x) -> value."""
+    points = page.driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((c) => [c.dataset.variant, c.dataset.kind, "
+        "Number(c.dataset.pos), Number(c.dataset.own)])",
+        f"svg.chart[data-axis='attention-{axis}'] circle.point",
+    )
+    return {(variant, kind, pos): own for variant, kind, pos, own in points}
+
+
+def test_the_report_draws_an_hf_jobs_attention_as_the_curve_command_reads_it(
+    page: chromium.Browser, db: Database, database_url: str, tmp_path: Path
+) -> None:
+    job = _attention_job(db)
+    plain = chromium.run_fake_job(db, {"seed": 1})
+    env = {"POSBIAS_DATABASE_URL": database_url, "POSBIAS_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "report.html"
+    done = run_cli(["report", str(job), str(plain), "--out", str(out)], env=env, folder=tmp_path)
+    assert done.code == 0, done.stderr
+    page.load(out.as_uri())
+    assert page.console_errors() == []
+    assert page.leaving() == set()
+    # The job without attention shows no attention section; the hf job shows one, with the window marked.
+    assert page.count(f"#job-{plain} section.attention") == 0
+    assert page.count(f"#job-{job} section.attention svg.chart") == 2  # one N: by position, by distance
+    distance_lines = (
+        f"svg.chart[data-axis='attention-token-distance'] line.window-line[data-x='{ATTENTION_WINDOW}']"
+    )
+    assert page.count(distance_lines) == 1  # both variants: one window
+    assert page.count("svg.chart[data-axis='attention-position'] line.window-line") == 1
+    page.screenshot(f"report-attention-{_dialect(database_url)}")
+
+    # Every point is what `posbias curve --metric attention --json` reads, by position and by distance.
+    width = ATTENTION_WINDOW // 8
+    for axis, flags in (("position", []), ("token-distance", ["--bin-width", str(width)])):
+        read = run_cli(
+            ["curve", "--job", str(job), "--metric", "attention", "--by", axis, *flags, "--json"],
+            env=env,
+            folder=tmp_path,
+        )
+        assert read.code == 0, read.stderr
+        expected = {
+            (c["variant"], c["layer_kind"], p["x"] if axis == "position" else p["x"] - width / 2): p[
+                "own_mean"
+            ]
+            for c in json.loads(read.stdout)
+            for p in c["points"]
+        }
+        assert len(expected) > 8
+        assert _drawn(page, axis) == pytest.approx(expected, rel=1e-12)
+        if axis == "position":  # the window's line: after the last position a window or more away
+            far = [
+                p["x"]
+                for c in json.loads(read.stdout)
+                for p in c["points"]
+                if p["token_distance"] >= ATTENTION_WINDOW
+            ]
+            mark = "svg.chart[data-axis='attention-position'] line.window-line"
+            assert page.driver.execute_script(
+                "return document.querySelector(arguments[0]).dataset.x", mark
+            ) == str(max(far) + 0.5)
+    # Beyond the window the sliding layers' points are exactly 0 and the global layers' are not.
+    beyond = {k: v for k, v in _drawn(page, "token-distance").items() if k[2] >= ATTENTION_WINDOW}
+    assert beyond and all((v == 0.0) == (k[1] == "sliding") for k, v in beyond.items())
+
+    # A point leads to its trials: position 1 of the baseline's global layers, one trial per answer.
+    _opens_its_trials(
+        page,
+        f"#job-{job} svg.chart[data-axis='attention-position'] circle.point[data-variant='baseline']"
+        "[data-kind='global'][data-pos='1']",
+        batch_size=4,
+    )
+    assert page.console_errors() == []
