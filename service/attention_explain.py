@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
-from scipy.stats import mannwhitneyu, rankdata
+from scipy.stats import mannwhitneyu
 
 from posbias.schemas import BASELINE, NotFoundError
 from posbias.schemas.attention import AttentionAuroc, AttentionBand, AttentionExplanation, LayerKind
@@ -71,30 +71,43 @@ def pooled_auroc(answers: Sequence[Scored]) -> tuple[float | None, int, int, int
     return (u_sum / pairs if pairs else None), int(strata), int(correct), int(wrong)
 
 
-def _fast_auroc(
-    cells: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[np.ndarray]
-) -> float | None:
-    """The pooled AUROC of one resample: `cells` (scores, labels) per cell, each row counted `weights` times
-    (the trial's draws)."""
-    u_sum = pairs = 0.0
-    for (scores, labels), w in zip(cells, weights, strict=True):
-        keep = w > 0
-        if not keep.any():
-            continue
-        s, y = np.repeat(scores[keep], w[keep]), np.repeat(labels[keep], w[keep])
-        n1 = int(y.sum())
-        n0 = len(y) - n1
-        if n1 == 0 or n0 == 0:
-            continue
-        ranks = rankdata(s)
-        u_sum += float(ranks[y].sum()) - n1 * (n1 + 1) / 2
-        pairs += n1 * n0
-    return u_sum / pairs if pairs else None
+@dataclass(frozen=True)
+class _Cell:
+    """One (batch size, position) cell prepared for the bootstrap: its answers sorted by score, the trial
+    (slot) of each, whether each is correct, and where each run of tied scores starts."""
+
+    owners: np.ndarray
+    correct: np.ndarray
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, cell: Sequence[Scored], slot: dict[int, int]) -> _Cell:
+        order = sorted(cell, key=lambda a: a.score)
+        scores = np.array([a.score for a in order])
+        starts = np.flatnonzero(np.r_[True, scores[1:] != scores[:-1]])
+        return cls(
+            owners=np.array([slot[a.trial] for a in order]),
+            correct=np.array([a.correct for a in order], dtype=bool),
+            starts=starts,
+        )
+
+    def u_and_pairs(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mann-Whitney's U (ties half) and the correct x wrong pairs of this cell in each resample, each
+        answer counted as often as its trial was drawn (`counts`: resamples x trials): a correct answer
+        drawn a times and a wrong one drawn b times make a x b pairs, as in the resample written out."""
+        weights = counts[:, self.owners].astype(np.float64)
+        right = np.add.reduceat(np.where(self.correct, weights, 0.0), self.starts, axis=1)
+        wrong = np.add.reduceat(np.where(self.correct, 0.0, weights), self.starts, axis=1)
+        below = np.cumsum(wrong, axis=1) - wrong  # wrong answers scored strictly lower, per tie run
+        u = (right * (below + 0.5 * wrong)).sum(axis=1)
+        return u, right.sum(axis=1) * wrong.sum(axis=1)
 
 
 def auroc_interval(answers: Sequence[Scored], *, resamples: int = RESAMPLES) -> tuple[float, float] | None:
     """A 95% percentile interval of `pooled_auroc`, resampling whole trials; None below `MIN_CLUSTERS`
-    trials (where the cluster bootstrap's intervals do not hold their level)."""
+    trials (where the cluster bootstrap's intervals do not hold their level). Each resample's pooled AUROC
+    is computed from counts (how often each trial was drawn), all resamples at once, not by writing the
+    resample out; resamples in which no cell has both correct and wrong answers are left out."""
     trials = sorted({a.trial for a in answers})
     if len(trials) < MIN_CLUSTERS:
         return None
@@ -102,18 +115,17 @@ def auroc_interval(answers: Sequence[Scored], *, resamples: int = RESAMPLES) -> 
     grouped: dict[tuple[int, int], list[Scored]] = defaultdict(list)
     for answer in answers:
         grouped[answer.batch_size, answer.position].append(answer)
-    cells = [
-        (np.array([a.score for a in cell]), np.array([a.correct for a in cell], dtype=bool))
-        for cell in grouped.values()
-    ]
-    owners = [np.array([slot[a.trial] for a in cell]) for cell in grouped.values()]
     rng = np.random.default_rng(_SEED)
-    found = []
-    for _ in range(resamples):
-        counts = np.bincount(rng.integers(0, len(trials), len(trials)), minlength=len(trials))
-        value = _fast_auroc(cells, [counts[o] for o in owners])
-        if value is not None:
-            found.append(value)
+    draws = rng.integers(0, len(trials), (resamples, len(trials)))
+    counts = np.zeros((resamples, len(trials)), dtype=np.int64)
+    np.add.at(counts, (np.arange(resamples)[:, None], draws), 1)
+    u_sum = np.zeros(resamples)
+    pairs = np.zeros(resamples)
+    for cell in grouped.values():
+        u, n = _Cell.of(cell, slot).u_and_pairs(counts)
+        u_sum += u
+        pairs += n
+    found = u_sum[pairs > 0] / pairs[pairs > 0]
     if len(found) < resamples // 2:
         return None
     low, high = np.quantile(found, [0.025, 0.975])
