@@ -7,7 +7,9 @@ the CLI runs (`service/position_curve.py`, `service/comparison.py`, `service/ver
 `service/explain.py`) and checks them against the truth. The engine itself (rendering, parsing) and the store
 are left out so that hundreds of replications run in minutes; the integration tests check that the store feeds
 the analysis these same arrays. The `explain-*` settings plan each design as the planner does and measure
-token distances as the worker does (`design_layout`).
+token distances as the worker does (`design_layout`). The `auroc-*` settings check explain's attention AUROC
+(`service/attention_explain.py`) against a truth computed by quadrature (`within_auroc`), with a reference
+interval (clustered DeLong) on the same draws.
 
     python benchmarks/coverage.py                       # every setting, 500 replications each
     python benchmarks/coverage.py --reps 100 --only pointwise-effects,verdict-power
@@ -24,17 +26,20 @@ import fnmatch
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import ndtr, ndtri
+from scipy.stats import t as student_t
 
 from posbias.schemas import FakeAxis, FakeSpec, ModelInfo
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import comparison, position_curve, verdicts
-from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES
+from posbias.service import attention_explain, comparison, position_curve, verdicts
+from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES, MIN_CLUSTERS
 from posbias.service.explain import explain_curve
 from posbias.service.intervals import wilson_interval
 from posbias.service.shape_test import PERMUTATIONS
@@ -696,6 +701,192 @@ EXPLAIN_GRID = [
 ]
 
 
+# --- explain's attention AUROC ---------------------------------------------------------------------
+
+
+def within_auroc(rho: float, accuracy: float, *, grid: int = 2000) -> float:
+    """The true AUROC within one (batch size, position) cell when an answer is correct by the fake's rule
+    (its latent L below `ndtri(accuracy)`) and its attention score is jointly normal with L, corr(score, -L)
+    = `rho` (any monotone transform of the score has the same AUROC): P(score of a correct answer > score
+    of a wrong one) = E[Phi(rho (L_w - L_c) / sqrt(2 (1 - rho^2)))], L_c ~ N(0, 1) below the threshold and
+    L_w above it; a midpoint rule over both truncated normals' quantiles."""
+    if rho == 0:
+        return 0.5
+    u = (np.arange(grid) + 0.5) / grid
+    low = ndtri(u * accuracy)
+    high = ndtri(accuracy + u * (1 - accuracy))
+    spread = math.sqrt(2 * (1 - rho**2))
+    return float(np.mean(ndtr(rho * (high[None, :] - low[:, None]) / spread)))
+
+
+def auroc_truth(rho: float, accuracy: Floats) -> float:
+    """The pooled within-position AUROC's target: each cell's AUROC weighted by its expected pairs,
+    n^2 p (1 - p) (every cell has one answer per trial)."""
+    weights = accuracy * (1 - accuracy)
+    cells = np.array([within_auroc(rho, float(a)) for a in accuracy])
+    return float(np.sum(weights * cells) / np.sum(weights))
+
+
+@dataclass(frozen=True)
+class AurocWorld:
+    """Simulated trials for explain's attention AUROC: answers correct by the fake's rule (question and
+    prompt effects), accuracy `first` to `last` by position; own-question attention the logistic of a
+    normal score with corr `rho` with the answer's latent, a trial effect (`trial_share` of the rest: the
+    prompts a model attends to more or less throughout) and a rise of `rise` logits from first to last
+    position (attention and accuracy both rise with position: the confound an AUROC pooled over positions
+    would fall for)."""
+
+    n: int
+    iterations: int
+    rho: float
+    first: float = 0.3
+    last: float = 0.6
+    trial_share: float = 0.5
+    rise: float = 1.0
+    question_effect: float = 0.3
+    prompt_effect: float = 0.15
+
+    @property
+    def accuracy(self) -> Floats:
+        return np.linspace(self.first, self.last, self.n)
+
+    @property
+    def truth(self) -> float:
+        return auroc_truth(self.rho, self.accuracy)
+
+    def explain(self, rng: np.random.Generator, *, resamples: int = 1000) -> tuple[Any, list[Any]]:
+        """One job's attention rows and its paired job's correctness, drawn, through `summarise` (as
+        `explain` runs it): the global layers' `AttentionAuroc`, and the answers it scored (`Scored`), for
+        other intervals to be computed on the same draw."""
+        n, trials, qe, pe = self.n, self.iterations, self.question_effect, self.prompt_effect
+        layout = plan(n=n, iterations=trials, rotation=False, rng=rng)
+        world = World.draw(rng, prompts=trials)
+        question = world.questions[layout.questions]
+        prompt = world.prompts[layout.prompt_keys][:, None]
+        noise = rng.standard_normal((trials, n))
+        latent = math.sqrt(qe) * question + math.sqrt(pe) * prompt + math.sqrt(1 - qe - pe) * noise
+        correct = latent_correct(
+            np.broadcast_to(self.accuracy, (trials, n)),
+            question=question,
+            prompt=prompt,
+            noise=noise,
+            question_effect=qe,
+            prompt_effect=pe,
+        )
+        assert np.array_equal(correct, latent < ndtri(self.accuracy)), "the latent is the fake's own"
+        share = self.trial_share
+        rest = math.sqrt(share) * rng.standard_normal((trials, 1)) + math.sqrt(
+            1 - share
+        ) * rng.standard_normal((trials, n))
+        score = (
+            -self.rho * latent + math.sqrt(1 - self.rho**2) * rest + self.rise * np.arange(n) / max(n - 1, 1)
+        )
+        attention = 1 / (1 + np.exp(2.0 - score))
+        rows = [
+            {
+                "trial": trial,
+                "batch_size": n,
+                "position": position + 1,
+                "layer_kind": "global",
+                "token_distance": (n - position) * QUESTION_TOKENS,
+                "query_tokens": 3,
+                "own_mean": float(attention[trial, position]),
+                "own_max": float(attention[trial, position]),
+            }
+            for trial in range(trials)
+            for position in range(n)
+        ]
+        marks = {(trial, p + 1): bool(correct[trial, p]) for trial in range(trials) for p in range(n)}
+        found = attention_explain.summarise(
+            rows,
+            marks,
+            model="sim",
+            job_id=1,
+            scored_job_id=2,
+            variant="baseline",
+            window=None,
+            resamples=resamples,
+        )
+        [auroc] = [a for a in found.aurocs if a.layer_kind.value == "global"]
+        assert auroc.auroc is not None
+        scored = [
+            attention_explain.Scored(trial, n, p + 1, bool(correct[trial, p]), float(attention[trial, p]))
+            for trial in range(trials)
+            for p in range(n)
+        ]
+        return auroc, scored
+
+
+def clustered_interval(answers: Sequence[attention_explain.Scored]) -> tuple[float, float] | None:
+    """A 95% interval of `pooled_auroc` from its variance by trial: Obuchowski's clustered form of DeLong's
+    placement values (Biometrics 53:567, 1997). Each answer's placement (the share of the other class in
+    its cell it is ordered rightly against, ties half) less the AUROC, summed over its trial's answers,
+    is the trial's influence; the variance is their sum of squares times T / (T - 1), and the interval
+    takes Student's t with T - 1 degrees of freedom, clipped to [0, 1]. None below `MIN_CLUSTERS` trials
+    or without a cell holding both correct and wrong answers. The benchmark's reference method, computed
+    on the same draws as the percentile bootstrap by trial that explain prints."""
+    trials = sorted({a.trial for a in answers})
+    if len(trials) < MIN_CLUSTERS:
+        return None
+    slot = {t: i for i, t in enumerate(trials)}
+    grouped: dict[tuple[int, int], list[attention_explain.Scored]] = defaultdict(list)
+    for answer in answers:
+        grouped[answer.batch_size, answer.position].append(answer)
+    parts = []
+    u_sum = pairs = 0.0
+    for cell in grouped.values():
+        right = np.array([a.score for a in cell if a.correct])
+        wrong = np.array([a.score for a in cell if not a.correct])
+        if not len(right) or not len(wrong):
+            continue
+        below, upto = (
+            np.searchsorted(np.sort(wrong), right, "left"),
+            np.searchsorted(np.sort(wrong), right, "right"),
+        )
+        over, from_ = (
+            np.searchsorted(np.sort(right), wrong, "right"),
+            np.searchsorted(np.sort(right), wrong, "left"),
+        )
+        placed_right = below + 0.5 * (upto - below)  # wrong answers each correct one outscores
+        placed_wrong = len(right) - over + 0.5 * (over - from_)  # correct answers outscoring each wrong one
+        owners = [slot[a.trial] for a in cell if a.correct], [slot[a.trial] for a in cell if not a.correct]
+        parts.append((placed_right, len(wrong), owners[0], placed_wrong, len(right), owners[1]))
+        u_sum += float(placed_right.sum())
+        pairs += len(right) * len(wrong)
+    if not pairs:
+        return None
+    auroc = u_sum / pairs
+    influence = np.zeros(len(trials))
+    for placed_right, n_wrong, right_owners, placed_wrong, n_right, wrong_owners in parts:
+        np.add.at(influence, right_owners, placed_right - auroc * n_wrong)
+        np.add.at(influence, wrong_owners, placed_wrong - auroc * n_right)
+    count = len(trials)
+    spread = math.sqrt(count / (count - 1) * float(np.sum((influence / pairs) ** 2)))
+    reach = float(student_t.ppf(0.975, count - 1)) * spread
+    return max(0.0, auroc - reach), min(1.0, auroc + reach)
+
+
+def auroc_checks(world: AurocWorld, *, resamples: int = 1000) -> Body:
+    """`explain`'s attention AUROC (`service/attention_explain.py`) on `world`'s trials: how often its
+    by-trial interval holds the truth (`auroc_truth`)."""
+    truth = world.truth
+
+    def run(rep: int, rng: np.random.Generator, t: dict[str, Tally]) -> None:
+        auroc, scored = world.explain(rng, resamples=resamples)
+        t.setdefault(f"AUROC within position (truth {truth:.3f}): explain", Tally("0.93-0.97")).add(
+            inside(auroc.low, truth, auroc.high)
+        )
+        # Both methods on the same draw: the one explain prints, and the other.
+        for name, found in (
+            ("clustered DeLong, t", clustered_interval(scored)),
+            ("percentile bootstrap by trial", attention_explain.auroc_interval(scored, resamples=resamples)),
+        ):
+            assert found is not None
+            t.setdefault(f"  {name}", Tally("0.93-0.97")).add(inside(found[0], truth, found[1]))
+
+    return run
+
+
 LINEAR = FakeSpec(first=0.25, last=0.55)
 EFFECTS = FakeSpec(first=0.25, last=0.55, question_effect=0.3, prompt_effect=0.15)
 U_SHAPE = FakeSpec(curve=(0.6, 0.35, 0.6), question_effect=0.3, prompt_effect=0.15)
@@ -788,6 +979,26 @@ SETTINGS = [
         "verdict-power",
         "a 10-point drop at positions 1-10 of N=50, 100 iterations",
         verdict_checks(EFFECTS, n=50, iterations=100, drop=0.10, drop_positions=10),
+    ),
+    Setting(
+        "auroc",
+        "explain's attention AUROC within position: N=10, 100 trials, corr 0.25, trial effects, confounded",
+        auroc_checks(AurocWorld(n=10, iterations=100, rho=0.25)),
+    ),
+    Setting(
+        "auroc-null",
+        "as above, attention unrelated to correctness (AUROC 0.5)",
+        auroc_checks(AurocWorld(n=10, iterations=100, rho=0.0)),
+    ),
+    Setting(
+        "auroc-few",
+        "as 'auroc' with 20 trials (16 is the least given an interval)",
+        auroc_checks(AurocWorld(n=10, iterations=20, rho=0.25)),
+    ),
+    Setting(
+        "auroc-strong",
+        "N=20, 50 trials, corr 0.6 (AUROC about 0.8)",
+        auroc_checks(AurocWorld(n=20, iterations=50, rho=0.6)),
     ),
     *EXPLAIN_GRID,
 ]
