@@ -171,11 +171,13 @@ def test_dispatcher_on_a_ray_node_with_auto(cluster: Cluster) -> None:
 
 
 def test_a_dispatcher_without_the_token_is_refused(cluster: Cluster) -> None:
-    """Takes Ray Client's connection timeout (about 30 s) to give up."""
+    """Ray Client gives up after its own timeouts (5, 10 and 15 s by default, 30 s in all); Ray's variables
+    set them to 1, 2 and 2 s here, as a user could, so the refusal takes 5 s rather than 30."""
     model = _submit(cluster, "no-token")
-    done = cluster.posbias(
-        "worker", "--ray-address", cluster.client, "--until-empty", env=cluster.env(token=False), timeout=300
+    env = cluster.env(
+        token=False, RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S="1", RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S="2"
     )
+    done = cluster.posbias("worker", "--ray-address", cluster.client, "--until-empty", env=env, timeout=300)
     assert done.returncode != 0
     assert "cannot reach the Ray cluster" in done.stdout + done.stderr
     assert _job_status(cluster, model) == "queued"

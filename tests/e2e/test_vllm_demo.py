@@ -1,5 +1,9 @@
 """The embedded default for real: the demo model (SmolLM2-135M-Instruct) through the CLI, a local Ray and the
-vLLM CPU build, into SQLite, as the README's first command does."""
+vLLM CPU build, into SQLite, as the README's first command does.
+
+The worker is a process of its own, as a user starts it (its own local Ray, vLLM in a Ray actor); the commands
+around it run in this process (`cli`), through the same entry point: each as a process would spend 2-10 s on
+imports and on loading the model's tokenizer again, 70 s of this test's 150."""
 
 from __future__ import annotations
 
@@ -21,12 +25,12 @@ def store_url(tmp_path: Path) -> str:
 
 
 def test_demo_model_end_to_end_through_ray_and_vllm(
-    posbias: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    cli: Any, posbias: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     # A fresh cache, so the GGUF file is converted here; its compiled kernels are the suite's (testcache).
     cache = {"POSBIAS_CACHE_DIR": str(posbias_cache(tmp_path_factory.mktemp("model-cache")))}
-    posbias("db", "upgrade")
-    dry = posbias(
+    cli("db", "upgrade")
+    dry = cli(
         "submit",
         "--model",
         "demo",
@@ -45,7 +49,7 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
     assert dry["model_context"] == 8192 and dry["spec"]["engine"]["max_model_len"] == context
     assert context & (context - 1) == 0
     assert dry["batch_sizes"][0]["max_prompt_tokens"] + 224 <= context < 8192
-    too_long = posbias(
+    too_long = cli(
         "submit", "--model", "demo", "--batch-sizes", "80", "--iterations", "1", check=False, **cache
     )
     assert too_long.code == 1 and len(too_long.error_lines) == 1, too_long.stderr
@@ -62,9 +66,9 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
         "--answer-mode",
         "constrained",
     )
-    first_dry = posbias("submit", *first_flags, "--dry-run", "--json", **cache).json()
-    first = posbias("submit", *first_flags, "--json", **cache).json()
-    second = posbias(
+    first_dry = cli("submit", *first_flags, "--dry-run", "--json", **cache).json()
+    first = cli("submit", *first_flags, "--json", **cache).json()
+    second = cli(
         "submit",
         "--model",
         "demo",
@@ -83,7 +87,7 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
     ).json()
     # A design that separates the suspects: answers asked in a stated random order, and questions 1-5 moved
     # 48 filler tokens away from their answers (and not), in the same engine.
-    designed = posbias(
+    designed = cli(
         "submit",
         "--model",
         "demo",
@@ -111,7 +115,7 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
     assert worker["shards_failed"] == 0 and worker["trials_done"] == 2 + 2 + 1 + 2
     assert list(worker["model_loads"].values()) == [1], "two jobs of one model in a row load it once"
     for job in (first["job_id"], second["job_id"], designed["job_id"]):
-        status = posbias("status", str(job), "--json", **cache).json()
+        status = cli("status", str(job), "--json", **cache).json()
         assert status["status"] == "done"
         engine = status["engine"]
         assert engine["name"] == "vllm" and engine["dtype"] == "float32"
@@ -121,16 +125,14 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
         # Reported by the workers for each of the model's 30 layers, not guessed.
         assert engine["attention_layers"] == ["CPU_ATTN"] * 30 and not engine["attention_backend_guessed"]
 
-    curve = posbias("curve", "--job", str(first["job_id"]), "--batch-size", "10", "--format", "json").json()[
-        0
-    ]
+    curve = cli("curve", "--job", str(first["job_id"]), "--batch-size", "10", "--format", "json").json()[0]
     assert [p["position"] for p in curve["points"]] == list(range(1, 11))
     assert all(p["n"] == 2 and p["parse_rate"] == 1.0 for p in curve["points"]), (
         "constrained: every answer parses"
     )
     assert all(0.0 < p["mean_gold_prob"] <= 1.0 for p in curve["points"])
 
-    posbias("export", str(first["job_id"]), "--out", "demo.csv")
+    cli("export", str(first["job_id"]), "--out", "demo.csv")
     rows = list(csv.DictReader((tmp_path / "demo.csv").read_text().splitlines()))
     assert len(rows) == 2 * 1 + 2 * 10
     # The dry run of the same spec counted each prompt (2 a batch size: all of them) with the model's
@@ -150,7 +152,7 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
         assert int(row["token_distance"]) == int(row["prompt_tokens"]) - end + int(row["answer_token_index"])
         assert sum(json.loads(row["option_probs"])) == pytest.approx(1.0, abs=1e-3)
 
-    posbias("export", str(designed["job_id"]), "--out", "designed.csv")
+    cli("export", str(designed["job_id"]), "--out", "designed.csv")
     rows = list(csv.DictReader((tmp_path / "designed.csv").read_text().splitlines()))
     assert len(rows) == 2 * 10 and {row["filler_tokens"] for row in rows} == {"0", "48"}
     by_length = {length: [r for r in rows if r["filler_tokens"] == length] for length in ("0", "48")}
@@ -170,13 +172,11 @@ def test_demo_model_end_to_end_through_ray_and_vllm(
     # (48 tokens and the paragraph break that sets it apart).
     moved = [distance["48", p] - distance["0", p] for p in range(1, 11)]
     assert moved[5:] == [0] * 5 and len(set(moved[:5])) == 1 and 48 <= moved[0] <= 52, moved
-    slots = posbias(
-        "curve", "--job", str(designed["job_id"]), "--by", "answer-slot", "--format", "json"
-    ).json()
+    slots = cli("curve", "--job", str(designed["job_id"]), "--by", "answer-slot", "--format", "json").json()
     assert sorted(c["filler_tokens"] for c in slots) == [0, 48], "one curve per filler length"
     assert all([p["position"] for p in c["points"]] == list(range(1, 11)) for c in slots)
 
-    (model,) = posbias("models", "--json").json()
+    (model,) = cli("models", "--json").json()
     assert model["name"] == "demo" and model["architecture"] == "LlamaForCausalLM"
     assert model["num_layers"] == 30 and model["rope_theta"] == 100000.0 and model["sliding_window"] is None
     assert model["num_parameters"] > 100_000_000
