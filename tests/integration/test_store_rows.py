@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from posbias.schemas import ParseStatus, QuestionResult, ResultColumns, ShardResult, Submitted
-from posbias.service import queue
+from posbias.service import queue, store
 from posbias.service.database import Database
 
 MakeJob = Callable[..., Submitted]
@@ -103,3 +104,24 @@ def test_results_given_as_records_or_as_columns_are_the_same_result(
     assert as_records == built
     assert as_records.results == records
     assert len(built.answers) == 3 and built.answers.position == (1, 2, 3)
+
+
+def test_the_store_still_refuses_a_parse_status_it_does_not_know_after_writing_results(
+    db: Database, make_job: MakeJob, answer: Answer
+) -> None:
+    # SQLite's results insert skips the parse_status check (its values come from the enum); the check must
+    # be back on for the next statement of the same connection, as any other writer would run it.
+    make_job(db, iterations=1, batch_sizes=(3,))
+    (lease,) = queue.lease(db, owner="w1", limit=1, lease_seconds=60)
+    result = answer(lease.shard)
+    with db.write() as session:
+        written = store.write_results(session, {result.shard_id: result})
+        trial_id = next(iter(written.trials[result.shard_id].values())).id
+        with pytest.raises(sa.exc.IntegrityError), session.begin_nested():
+            session.execute(
+                sa.text(
+                    "INSERT INTO results (trial_id, position, job_id, batch_size, question_id, subject, "
+                    "gold, correct, parse_status) VALUES (:t, 99, :j, 3, 'q', 's', 0, false, 'bogus')"
+                ),
+                {"t": trial_id, "j": result.job_id},
+            )
