@@ -282,7 +282,9 @@ class Result(Base):
     """
 
     __tablename__ = "results"
-    __table_args__ = (Index(None, "job_id", "batch_size", "position"),)
+    # Every read of results picks a job's rows of one batch size, in trial order (migration 0011). Keyed by
+    # trial, a shard's rows go in at one place in the index, not at one place per position.
+    __table_args__ = (Index(None, "job_id", "batch_size", "trial_id"),)
 
     trial_id: Mapped[int] = mapped_column(Id, primary_key=True)
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
