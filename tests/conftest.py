@@ -12,11 +12,28 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support import smoke
 from support.postgres import PostgresServer, running
 
 from posbias.service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The CPU image's smoke test last: its install runs in the background (tests/support/smoke.py)."""
+    items.sort(key=smoke.is_smoke)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the smoke test's install as soon as the run is known to include it (not under --collect-only)."""
+    if not session.config.option.collectonly and any(smoke.is_smoke(item) for item in session.items):
+        smoke.start_install()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An install a session that ended early left running is stopped, and its folder removed."""
+    smoke.stop()
 
 
 @pytest.fixture(scope="session")

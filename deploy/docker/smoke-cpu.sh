@@ -12,6 +12,9 @@
 #   POSBIAS_DATABASE_URL  an existing, empty PostgreSQL database to use instead of a throwaway server
 #   SMOKE_MODEL           model of the real-engine job; default `demo` (SmolLM2-135M); empty skips that job
 #   SMOKE_KEEP=1          keep WORKDIR (the virtualenv) afterwards
+#   SMOKE_PHASE           all (default); install: only the virtualenv, kept in WORKDIR; run: everything after
+#                         the install, in a WORKDIR an install phase made (the test suite installs in the
+#                         background, at low priority, while the other tests run; see tests/conftest.py)
 #
 # Needs the PostgreSQL server binaries (`pg_config --bindir`) and psql. As root, the server runs as the
 # `postgres` system user (PostgreSQL refuses root).
@@ -22,6 +25,8 @@ work=${1:-$(mktemp -d "${TMPDIR:-/tmp}/posbias-smoke.XXXXXX")}
 mkdir -p "$work"
 python=${PYTHON:-$(command -v python3.11 || command -v python3)}
 model=${SMOKE_MODEL-demo}
+phase=${SMOKE_PHASE:-all}
+case $phase in all | install | run) ;; *) echo "smoke-cpu: SMOKE_PHASE must be all, install or run" >&2; exit 2 ;; esac
 pg_root=""
 pg_bindir=""
 pg_user=()
@@ -35,7 +40,7 @@ cleanup() {
         "${pg_user[@]}" "$pg_bindir/pg_ctl" stop -D "$pg_root/data" -m fast -w >/dev/null 2>&1 || true
         rm -rf "$pg_root"
     fi
-    if [[ ${SMOKE_KEEP:-0} != 1 ]]; then
+    if [[ ${SMOKE_KEEP:-0} != 1 && $phase != install ]]; then
         rm -rf "$work"
     fi
     exit "$status"
@@ -60,24 +65,33 @@ start_postgres() {
 
 sql() { psql --no-psqlrc --tuples-only --no-align -v ON_ERROR_STOP=1 -d "${POSBIAS_DATABASE_URL/+psycopg/}" -c "$1"; }
 
-step "install posbias[cpu] into a fresh virtualenv in $work/venv ($("$python" --version))"
-# The same files the image build sees (Dockerfile.cpu.dockerignore), copied so the checkout stays untouched.
-mkdir -p "$work/src/deploy/docker"
-for path in pyproject.toml README.md LICENSE posbias schemas service workers migrations; do
-    if [[ -e $repo/$path ]]; then
-        cp -r "$repo/$path" "$work/src/"
+if [[ $phase != run ]]; then
+    step "install posbias[cpu] into a fresh virtualenv in $work/venv ($("$python" --version))"
+    # The same files the image build sees (Dockerfile.cpu.dockerignore), copied so the checkout stays untouched.
+    mkdir -p "$work/src/deploy/docker"
+    for path in pyproject.toml README.md LICENSE posbias schemas service workers migrations; do
+        if [[ -e $repo/$path ]]; then
+            cp -r "$repo/$path" "$work/src/"
+        fi
+    done
+    cp "$repo/deploy/docker/install-cpu.sh" "$work/src/deploy/docker/"
+    find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
+    "$python" -m venv "$work/venv"
+    # The wheel a package index would get, installed as a user installs it: one distribution, one import package.
+    "$work/venv/bin/python" -m pip --no-input --disable-pip-version-check wheel --quiet --no-deps \
+        -w "$work/dist" "$work/src"
+    wheel=$(ls "$work/dist"/posbias-*.whl)
+    PYTHON="$work/venv/bin/python" "$work/src/deploy/docker/install-cpu.sh" "$wheel"
+    echo "$SECONDS" >"$work/installed"
+    if [[ $phase == install ]]; then
+        printf '\nsmoke-cpu: installed in %ss\n' "$SECONDS"
+        exit 0
     fi
-done
-cp "$repo/deploy/docker/install-cpu.sh" "$work/src/deploy/docker/"
-find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
-"$python" -m venv "$work/venv"
-# The wheel a package index would get, installed as a user installs it: one distribution, one import package.
-"$work/venv/bin/python" -m pip --no-input --disable-pip-version-check wheel --quiet --no-deps \
-    -w "$work/dist" "$work/src"
+fi
+[[ -f $work/installed ]] || fail "no install in $work: run SMOKE_PHASE=install first"
 wheel=$(ls "$work/dist"/posbias-*.whl)
-PYTHON="$work/venv/bin/python" "$work/src/deploy/docker/install-cpu.sh" "$wheel"
 export PATH="$work/venv/bin:$PATH"
-install_seconds=$SECONDS
+install_seconds=$(cat "$work/installed")
 
 step "the installed wheel: one import package, the API, the command"
 (cd "$work" && "$work/venv/bin/python" - "$wheel" <<'EOF'
@@ -162,5 +176,5 @@ sql "SELECT model, batch_size, position, n, accuracy FROM position_curve ORDER B
 if [[ -n $model ]]; then
     posbias curve --model "$model" --batch-size 2
 fi
-printf '\nsmoke-cpu: OK: %s results; install %ss, worker %ss, total %ss\n' \
+printf '\nsmoke-cpu: OK: %s results; install %ss, worker %ss, this run %ss\n' \
     "$results" "$install_seconds" "$worker_seconds" "$SECONDS"
