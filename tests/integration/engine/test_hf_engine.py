@@ -232,19 +232,15 @@ def test_an_hf_job_runs_through_the_queue_and_ray_into_the_store(
     tmp_path: Path,
 ) -> None:
     settings = fast_settings(db.url, lease_seconds=120.0)
-    # One model per store, to pay for one actor (a Ray worker importing torch) each: the writes are the
-    # store's, the figures the model's.
-    models = (
-        {"gemma2": (tiny_gemma2_dir, GEMMA2_WINDOW, 4)}
-        if db.url.startswith("sqlite")
-        else {"gemma3": (tiny_gemma3_dir, GEMMA3_WINDOW, 6)}
-    )
+    # Both tiny models into each store, in one dispatch (an actor each); explain reads one of them per store.
+    models = {"gemma2": (tiny_gemma2_dir, GEMMA2_WINDOW, 4), "gemma3": (tiny_gemma3_dir, GEMMA3_WINDOW, 6)}
+    explained_model = "gemma2" if db.url.startswith("sqlite") else "gemma3"
     submitted = {}
     for name, (folder, _, _) in models.items():
         spec = {"model": str(folder), "engine": {"name": "hf"}, "answer_mode": "constrained"}
         submitted[name] = make_job(db, batch_sizes=(3, 8), iterations=2, shard_size=2, **spec).job_id
     # A fake-engine job of the same trials: explain pairs it with the hf job and scores its answers.
-    [folder] = [folder for folder, _, _ in models.values()]
+    folder = models[explained_model][0]
     paired = make_job(db, batch_sizes=(3, 8), iterations=2, shard_size=2, model=str(folder)).job_id
     dispatch(db, settings)
 
@@ -297,7 +293,7 @@ def test_an_hf_job_runs_through_the_queue_and_ray_into_the_store(
             ).one()
             assert run[0] == "gold" and run[1] > 0 and run[2] > 0
 
-    [job] = submitted.values()
+    job = submitted[explained_model]
     shown = run_cli(
         [
             "curve",
