@@ -28,12 +28,7 @@ TEST_ID = "deploy/test_cpu_smoke.py::test_cpu_recipe_installs_and_runs_a_worker"
 
 def is_smoke(item: Any) -> bool:
     """Whether a collected test is the smoke test (its node id from the repository or from tests/)."""
-    return bool(item.nodeid.split("@", 1)[0].endswith(TEST_ID))
-
-
-def under_xdist(config: Any) -> bool:
-    """Whether this session runs its tests on pytest-xdist workers (this process is one, or their master)."""
-    return bool(os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "numprocesses", None))
+    return bool(item.nodeid.endswith(TEST_ID))
 
 
 def environment() -> dict[str, str]:
@@ -67,16 +62,15 @@ def _lowest_priority() -> None:
     os.nice(19)
 
 
-def start_install(*, background: bool = True) -> None:
-    """Start the install phase (once per session): in the background, at the lowest priority, or at this
-    process's own for a test that is about to wait for it."""
+def start_install() -> None:
+    """Start the install phase in the background (once per session)."""
     global _install
     if _install is not None:
         return
     workdir = Path(tempfile.mkdtemp(prefix="posbias-smoke-"))
     log = workdir.with_suffix(".install.log")
     command = [str(SCRIPT), str(workdir)]
-    if background and shutil.which("ionice"):  # the idle I/O class: pip writes when the foreground does not
+    if shutil.which("ionice"):  # the idle I/O class: pip writes when the foreground does not
         command = ["ionice", "-c", "3", *command]
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -84,7 +78,7 @@ def start_install(*, background: bool = True) -> None:
             env={**environment(), "SMOKE_PHASE": "install"},
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_lowest_priority if background else None,
+            preexec_fn=_lowest_priority,
             start_new_session=True,  # its own process group, so that stopping it stops pip too
         )
     _install = Install(workdir=workdir, process=process, log=log, started=time.monotonic())
@@ -93,7 +87,7 @@ def start_install(*, background: bool = True) -> None:
 def wait_for_install(timeout: float) -> tuple[Install, int | None]:
     """The install phase (started now in the foreground if nothing started it) and its exit code (None: it
     did not finish within `timeout` seconds, and was stopped)."""
-    start_install(background=False)
+    start_install()
     assert _install is not None
     try:
         return _install, _install.process.wait(timeout=timeout)
