@@ -3,8 +3,6 @@ stores, and CI must run its test command."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -18,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 from sqlalchemy import text
+from support.in_process import run_cli
 from typer.testing import CliRunner
 
-from posbias.cli import app as cli
 from posbias.cli.app import app
 from posbias.service import database
 from posbias.service.submission import SAMPLE_TRIALS
@@ -164,16 +162,14 @@ FEW_SETS = "too few for the cluster bootstrap"
 
 
 def in_process(monkeypatch: pytest.MonkeyPatch, folder: Path, *args: str) -> str:
-    """`posbias ARGS` in this process, in `folder`; its stdout. It must succeed and say nothing on stderr but,
-    for `compare`, its one warning that the job has too few sampled sets."""
-    monkeypatch.chdir(folder)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.run(list(args))
-    said = err.getvalue().splitlines()
+    """`posbias ARGS` in this process, in `folder`, set up as a process would be (`run_cli`: its consoles'
+    width from COLUMNS, whatever ran before in this process); its stdout. It must succeed and say nothing on
+    stderr but, for `compare`, its one warning that the job has too few sampled sets."""
+    done = run_cli(args, env=dict(os.environ), folder=folder)
+    said = done.stderr.splitlines()
     allowed = said == [] or (args[0] == "compare" and len(said) == 1 and said[0].startswith("warning: only"))
-    assert code == 0 and allowed and all(FEW_SETS in line for line in said), (args, err.getvalue())
-    return out.getvalue()
+    assert done.code == 0 and allowed and all(FEW_SETS in line for line in said), (args, done.stderr)
+    return done.stdout
 
 
 def test_the_readme_commands_run_and_say_what_it_shows(
