@@ -39,6 +39,10 @@ scripts/typecheck.sh   # mypy over the package as installed (see the script)
 # whether the run passed or not.
 mkdir -p build && rm -f build/junit.xml
 status=0
-python -m pytest tests --durations=40 --junitxml=build/junit.xml "$@" || status=$?
+# Two workers (pytest-xdist): run one at a time, the tests leave a core idle about half the time, waiting on
+# servers and processes. Each test file is one group (its fixtures set up once), the engine tests one group
+# (tests/conftest.py). POSBIAS_TEST_WORKERS=0 runs them in this process, one at a time.
+workers=${POSBIAS_TEST_WORKERS:-2}
+python -m pytest tests -n "$workers" --dist loadgroup --durations=40 --junitxml=build/junit.xml "$@" || status=$?
 [ -f build/junit.xml ] && python scripts/tier_times.py build/junit.xml
 exit "$status"

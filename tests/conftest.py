@@ -20,14 +20,34 @@ from posbias.service.settings import Settings
 REPO = Path(__file__).resolve().parents[1]
 
 
+ONE_WORKER = ("tests/integration/engine/",)
+"""Under pytest-xdist (scripts/test.sh runs two workers), the tests in these folders share one worker: their
+session engines (the tiny Llama, Gemma 2 and Gemma 3 and the demo model on vLLM) are then built once."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The CPU image's smoke test last: its install runs in the background (tests/support/smoke.py)."""
-    items.sort(key=smoke.is_smoke)
+    """Alone, the CPU image's smoke test runs last: its install goes on in the background till then
+    (tests/support/smoke.py). Under pytest-xdist (`--dist loadgroup`), each file is one group, so a module's
+    fixtures are set up once, and the engine tests are one group; the smoke test, the longest, goes first."""
+    if not smoke.under_xdist(config):
+        items.sort(key=smoke.is_smoke)
+        return
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = next((folder for folder in ONE_WORKER if path.startswith(folder)), path)
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not smoke.is_smoke(item))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the smoke test's install as soon as the run is known to include it (not under --collect-only)."""
-    if not session.config.option.collectonly and any(smoke.is_smoke(item) for item in session.items):
+    """Start the smoke test's install as soon as the run is known to include it (not under --collect-only,
+    and not under pytest-xdist, whose other worker has the idle time the background install would use)."""
+    if (
+        not session.config.option.collectonly
+        and not smoke.under_xdist(session.config)
+        and any(smoke.is_smoke(item) for item in session.items)
+    ):
         smoke.start_install()
 
 

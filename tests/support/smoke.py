@@ -28,7 +28,12 @@ TEST_ID = "deploy/test_cpu_smoke.py::test_cpu_recipe_installs_and_runs_a_worker"
 
 def is_smoke(item: Any) -> bool:
     """Whether a collected test is the smoke test (its node id from the repository or from tests/)."""
-    return bool(item.nodeid.endswith(TEST_ID))
+    return bool(item.nodeid.split("@", 1)[0].endswith(TEST_ID))
+
+
+def under_xdist(config: Any) -> bool:
+    """Whether this session runs its tests on pytest-xdist workers (this process is one, or their master)."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "numprocesses", None))
 
 
 def environment() -> dict[str, str]:
@@ -62,15 +67,16 @@ def _lowest_priority() -> None:
     os.nice(19)
 
 
-def start_install() -> None:
-    """Start the install phase in the background (once per session)."""
+def start_install(*, background: bool = True) -> None:
+    """Start the install phase (once per session): in the background, at the lowest priority, or at this
+    process's own for a test that is about to wait for it."""
     global _install
     if _install is not None:
         return
     workdir = Path(tempfile.mkdtemp(prefix="posbias-smoke-"))
     log = workdir.with_suffix(".install.log")
     command = [str(SCRIPT), str(workdir)]
-    if shutil.which("ionice"):  # the idle I/O class: pip writes when the foreground does not
+    if background and shutil.which("ionice"):  # the idle I/O class: pip writes when the foreground does not
         command = ["ionice", "-c", "3", *command]
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -78,7 +84,7 @@ def start_install() -> None:
             env={**environment(), "SMOKE_PHASE": "install"},
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_lowest_priority,
+            preexec_fn=_lowest_priority if background else None,
             start_new_session=True,  # its own process group, so that stopping it stops pip too
         )
     _install = Install(workdir=workdir, process=process, log=log, started=time.monotonic())
@@ -87,7 +93,7 @@ def start_install() -> None:
 def wait_for_install(timeout: float) -> tuple[Install, int | None]:
     """The install phase (started now in the foreground if nothing started it) and its exit code (None: it
     did not finish within `timeout` seconds, and was stopped)."""
-    start_install()
+    start_install(background=False)
     assert _install is not None
     try:
         return _install, _install.process.wait(timeout=timeout)
