@@ -14,7 +14,9 @@ and this module fits correctness on all three at once so that each is judged wit
   A linear probability model, so that every summary is a linear combination of the coefficients, in points.
 - **Each cause tested jointly**: a clustered Wald test of all its terms (the step included), its degrees of
   freedom stated; summaries with 95% intervals: first to last and the bend (middle against the ends) for
-  position and slot, the smooth part's average change per 1,000 tokens and the step for distance.
+  position and slot, the smooth part's average change per 1,000 tokens and the step for distance. Each
+  interval is the fit's t interval made on Fisher's z scale (`intervals.bounded_interval`), so that it stays
+  inside what a curve within [0, 1] allows at any sample size.
 - **What the data rule out.** A cause that does not move the curve gets the largest change its intervals
   allow: "no effect larger than +/-X points" when X is under `MATERIAL`, "cannot tell" when it is not.
 - **What the design cannot separate.** A variable the design does not vary is *held fixed* (a probe's slot);
@@ -22,7 +24,9 @@ and this module fits correctness on all three at once so that each is judged wit
   order) and is left out of the fit. Of the rest, each cause's *information*, the share of its terms'
   variation the other causes do not explain (one over the generalized variance inflation factor of Fox and
   Monette, 1992, to the power 1/terms), below `SEPARABLE` puts it with the causes that explain it into one
-  group, judged by their joint test, with the design that would separate them.
+  group, judged by their joint test, with the design that would separate them; such a cause gets no
+  summary or interval of its own (the fit could only extrapolate one, past +-100 points at times).
+- **Too few clusters.** Below `MIN_CLUSTERS` nothing is fitted, and the verdict says how many are needed.
 
 The table (`Effect.reading`) and the verdict are written from the same fields. `benchmarks/coverage.py`
 checks every interval here, every false call and the threshold by simulation on shapes the fit does not
@@ -31,7 +35,7 @@ assume (steps, convex and concave decays, U shapes, two causes at once).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +55,7 @@ from posbias.service.causes import (
     information_of,
     spline_for,
 )
+from posbias.service.intervals import bounded_interval
 from posbias.service.trial_data import Floats, TrialData
 from posbias.service.window_step import BREAK_RESAMPLES, step_term, tested_step
 
@@ -60,6 +65,11 @@ separable: chosen by simulation (benchmarks/coverage.py, `explain-*` settings; s
 MATERIAL = 0.10
 """A cause whose intervals rule out every change beyond this (10 points, a third of the seed's first-to-last
 gap) reads "no effect larger than +/-X"; one whose intervals reach past it reads "cannot tell"."""
+MIN_CLUSTERS = 12
+"""Trials (or sampled sets, in a filler sweep) below which explain fits nothing: its cluster-robust tests
+have clusters - 1 denominator degrees of freedom, and with fewer they named a cause with no effect in 7% (10
+clusters) to 25% (4) of simulated jobs; 5.6% at 12, 4.3% at 16. The intervals covered 96% at every count
+(`python benchmarks/intervals.py explain --reps 200`; figures in benchmarks/README.md)."""
 LOCKSTEP = 1e-6
 """A cause whose variance left after the causes before it is below this share moves in lockstep with them."""
 KNOTS = {"position": 4, "answer slot": 4, "token distance": 5}
@@ -97,9 +107,11 @@ def explain_curve(
     design: str = "",
     resamples: int = BREAK_RESAMPLES,
     seed: int = 0,
+    minimum: int = MIN_CLUSTERS,
 ) -> Explanation:
     """Fit `data`'s correctness on position, answer slot and token distance together and say which moves it;
-    with `info` naming a sliding window, test for a step there (see the module's docstring)."""
+    with `info` naming a sliding window, test for a step there (see the module's docstring). With fewer than
+    `minimum` clusters nothing is fitted (the benchmark lowers it to measure what a fit there would print)."""
     import statsmodels.api as sm
 
     rows = answers(data)
@@ -116,13 +128,16 @@ def explain_curve(
         "difficulty_adjusted": rows.difficulty is not None,
         "threshold": SEPARABLE,
     }
-    if rows.y.size < 10 or data.clusters < 3:
+    if rows.y.size < 10 or data.clusters < max(minimum, 3):
+        unit = data.cluster_unit or "trial"
         return Explanation(
             **base,
             effects=(),
             confounds=(),
             window=None,
-            verdict="too few answers to fit: run more iterations",
+            verdict=f"too few {unit}s to fit: {data.clusters} {unit}s, and explain's tests and intervals "
+            f"hold their level from {max(minimum, 3)} on (benchmarks/intervals.py explain); run at least "
+            f"{max(minimum, 3)} iterations",
         )
 
     status, notes, kept = estimability(rows, lockstep=LOCKSTEP)
@@ -143,10 +158,12 @@ def explain_curve(
     fit = sm.OLS(rows.y, design_matrix).fit(cov_type="cluster", cov_kwds={"groups": rows.cluster}, use_t=True)
     width = design_matrix.shape[1]
 
-    def contrast(vector: Floats) -> Interval:
+    def contrast(vector: Floats, bound: float) -> Interval:
+        """A linear combination of the coefficients with its 95% interval: the fit's t interval, on Fisher's
+        z scale so that it stays within +-`bound`, the most the combination can be."""
         found = fit.t_test(vector)
         low, high = (float(v) for v in np.asarray(found.conf_int(alpha=ALPHA)).ravel())
-        return Interval(estimate=float(np.asarray(found.effect).ravel()[0]), low=low, high=high)
+        return bounded_interval((low + high) / 2, (high - low) / 2, bound=bound)
 
     def joint(indices: Sequence[int]) -> float:
         restriction = np.zeros((len(indices), width))
@@ -179,7 +196,7 @@ def explain_curve(
         block = next(b for b in blocks if b.name == name)
         ends = (float(np.quantile(x, 0.05)), float(np.quantile(x, 0.95)))
         middle = _middle(x)
-        summary, bend, span = _summaries(block, width, contrast, ends, middle)
+        summary, bend, span = _summaries(block, width, contrast, ends, middle, stepped=step_at is not None)
         p = joint(terms[name])
         separable = name not in grouped
         effects.append(
@@ -209,7 +226,7 @@ def explain_curve(
         )
         window = tested_step(
             window,
-            jump=contrast(np.eye(width)[step_at]),
+            jump=contrast(np.eye(width)[step_at], 1.0),
             p=float(fit.pvalues[step_at]),
             distance_moves=moves,
             rows=rows,
@@ -217,7 +234,7 @@ def explain_curve(
             resamples=resamples,
             seed=seed,
         )
-    effects = [_read(e, confounds) for e in effects]
+    effects = [_alone(_read(e, confounds)) for e in effects]
     return Explanation(
         **base,
         effects=tuple(effects),
@@ -269,28 +286,36 @@ def _location_smooth(rows: Answers, columns: list[Floats], blocks: list[_Block])
 
 
 def _summaries(
-    block: _Block, width: int, contrast: object, span: tuple[float, float], middle: tuple[float, ...]
+    block: _Block,
+    width: int,
+    contrast: Callable[[Floats, float], Interval],
+    span: tuple[float, float],
+    middle: tuple[float, ...],
+    *,
+    stepped: bool,
 ) -> tuple[Interval, Interval | None, tuple[float, float] | None]:
     """A cause's summary (first to last, or per 1,000 tokens over its span), and the bend of position and
-    slot: the fitted curve at its `middle` values minus the mean of its ends."""
+    slot: the fitted curve at its `middle` values minus the mean of its ends. Each is at most 100 points
+    (a curve within [0, 1]); distance's smooth part may change by 200 over its span when the fit has a step
+    (a jump of up to 100 points at the window)."""
 
     def vector(values: Floats) -> Floats:
         found = np.zeros(width)
         found[block.start : block.stop] = values
         return found
 
-    measure = contrast  # a callable: vector -> Interval
     b = block.basis
     if block.name == "token distance":
         low, high = span
         ends = b(np.array([low, high]))
         per = PER_TOKENS / (high - low) if high > low else 0.0
-        summary = measure(vector((ends[1] - ends[0]) * per))  # type: ignore[operator]
+        most = (2.0 if stepped else 1.0) * per
+        summary = contrast(vector((ends[1] - ends[0]) * per), most if per else 1.0)
         return summary, None, (low, high)
     points = b(np.array([0.0, *middle, 1.0]))
     centre = points[1:-1].mean(axis=0)
-    summary = measure(vector(points[-1] - points[0]))  # type: ignore[operator]
-    bend = measure(vector(centre - (points[0] + points[-1]) / 2)) if b.columns > 1 else None  # type: ignore[operator]
+    summary = contrast(vector(points[-1] - points[0]), 1.0)
+    bend = contrast(vector(centre - (points[0] + points[-1]) / 2), 1.0) if b.columns > 1 else None
     return summary, bend, None
 
 
@@ -383,6 +408,14 @@ def _read(effect: Effect, confounds: Sequence[Confound]) -> Effect:
     else:
         reading = f"cannot tell (effects up to +/-{100 * bound:.1f} points{unit} fit the data)"
     return effect.model_copy(update={"rules_out": bound, "reading": reading})
+
+
+def _alone(effect: Effect) -> Effect:
+    """A cause not separable here without summaries of its own: the fit can only extrapolate them (at an
+    information of 0.2 it fits a first-to-last change of 120 points); its group's joint test judges it."""
+    if effect.status != "estimated" or effect.separable:
+        return effect
+    return effect.model_copy(update={"effect": None, "bend": None, "bend_at": None, "span": None})
 
 
 def _bound(effect: Effect) -> float:

@@ -1,5 +1,6 @@
 """Pointwise intervals: Wilson's score interval, the same at the effective sample size that the clusters'
-design effect leaves, and a curve's points, one per position with its interval."""
+design effect leaves, a curve's points, one per position with its interval, and a Wald interval kept
+inside a known range by Fisher's z transform."""
 
 from __future__ import annotations
 
@@ -26,6 +27,21 @@ def wilson_interval(k: float, n: float, *, z: float = Z95) -> Interval:
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denominator
     return Interval(estimate=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
+
+
+def bounded_interval(estimate: float, half: float, *, bound: float) -> Interval:
+    """A Wald interval `estimate` +- `half` for a quantity known to lie within [-bound, bound], made on
+    Fisher's z scale instead: z = atanh(estimate / bound), its half-width by the delta method (half / (bound
+    (1 - r^2))), carried back with tanh. It lies inside the range by construction, is nearly the Wald
+    interval where that is narrow against the range, and tends to the whole range as the estimate nears a
+    bound (the whole range where it is at or past one). Its coverage is checked in benchmarks/coverage.py
+    and benchmarks/intervals.py (`explain`)."""
+    r = estimate / bound
+    if not math.isfinite(half) or abs(r) >= 1.0:
+        return Interval(estimate=estimate, low=-bound, high=bound)
+    z = math.atanh(r)
+    spread = half / (bound * (1.0 - r * r))
+    return Interval(estimate=estimate, low=bound * math.tanh(z - spread), high=bound * math.tanh(z + spread))
 
 
 def clustered_interval(k: Floats, m: Floats, *, z: float = Z95) -> Interval:

@@ -91,8 +91,9 @@ def print_explanation(e: Explanation) -> None:
         table.add_column(column, justify="left" if column in ("cause", "reading") else "right")
     for effect in e.effects:
         cause = f"{effect.name}, {effect.unit}"
-        if effect.effect is None:
-            table.add_row(cause, "", "", "", "", "", "", effect.reading or effect.status)
+        if effect.effect is None:  # not estimated, or not separable (its group's line says more)
+            information = f"{effect.information:.2f}" if effect.information is not None else ""
+            table.add_row(cause, "", "", "", "", "", information, effect.reading or effect.status)
             continue
         bend = ""
         if effect.bend is not None:

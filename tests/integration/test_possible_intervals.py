@@ -19,6 +19,7 @@ from posbias.schemas import JobStatus
 from posbias.schemas.schedule import RegressionRule, Verdict
 from posbias.service import jobs, verdicts
 from posbias.service.database import Database
+from posbias.service.explain import MIN_CLUSTERS
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
 
@@ -113,19 +114,51 @@ def test_demo_sized_curves_and_comparisons_have_possible_rounded_intervals_and_s
         assert "warning: only 4 trials: too few for the cluster bootstrap" in shown.stderr, shown.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="explain's joint fit (service/explain.py, H22a) prints Wald intervals beyond +-100 points at 4 "
-    "iterations; remove this mark when it does not",
-)
-def test_demo_sized_explanations_have_possible_intervals(
-    db: Database, database_url: str, make_job: Any, tmp_path: Path
+def _explained_intervals(data: Any) -> list[tuple[str, float | None, float | None, float]]:
+    """Every interval `explain --json` prints, with the most its statistic can be: 1 (100 points) for a
+    first-to-last change, a bend or the step; for distance's per-1,000-token change, 1 (2 with a step in
+    the fit) over its span."""
+    found = []
+    for shown in data:
+        stepped = shown["window"] is not None and shown["window"].get("jump") is not None
+        for effect in shown["effects"]:
+            span = effect.get("span")
+            most = 1.0 if span is None else (2.0 if stepped else 1.0) * 1000 / (span[1] - span[0])
+            for part in ("effect", "bend"):
+                interval = effect.get(part)
+                if interval is not None:
+                    found.append((f"{effect['name']} {part}", interval["low"], interval["high"], most))
+        if shown["window"] is not None and shown["window"].get("jump") is not None:
+            jump = shown["window"]["jump"]
+            found.append(("step", jump["low"], jump["high"], 1.0))
+    return found
+
+
+@pytest.mark.parametrize("iterations", [4, MIN_CLUSTERS])
+def test_explanations_have_possible_intervals_at_the_demos_size_and_at_the_smallest_explain_fits(
+    db: Database, database_url: str, make_job: Any, tmp_path: Path, iterations: int
 ) -> None:
-    a, _ = _demo_jobs(db, make_job)
+    """At 4 iterations explain fits nothing and says how many it needs; from `MIN_CLUSTERS` on it fits, and
+    every interval it prints lies inside what its statistic can be (Fisher's z scale, by construction)."""
+    job = make_job(db, batch_sizes=(5, 10), iterations=iterations, shard_size=4)
+    _run(db, job.job_id)
     env = {"POSBIAS_DATABASE_URL": database_url, "COLUMNS": "250"}
-    assert _impossible(["explain", a, "--json"], env=env, folder=tmp_path, tag="$explain") == []
-    shown = run_cli(["explain", a], env=env, folder=tmp_path)
-    assert "Warning" not in shown.stdout + shown.stderr
+    as_json = run_cli(["explain", str(job.job_id), "--json"], env=env, folder=tmp_path)
+    assert as_json.code == 0, as_json.stderr
+    shown = json.loads(as_json.stdout)
+    found = _explained_intervals(shown)
+    if iterations < MIN_CLUSTERS:
+        assert found == [] and all(not e["effects"] for e in shown)
+        assert all(f"run at least {MIN_CLUSTERS} iterations" in e["verdict"] for e in shown), shown
+    else:
+        assert found, shown  # it fitted: position or distance (forward order) has intervals
+    outside = [(w, lo, hi) for w, lo, hi, most in found if not (-most <= lo <= hi <= most)]
+    assert outside == [], outside
+    printed = run_cli(["explain", str(job.job_id)], env=env, folder=tmp_path)
+    assert printed.code == 0, printed.stderr
+    assert "Warning" not in printed.stdout + printed.stderr
+    if iterations < MIN_CLUSTERS:
+        assert f"too few trials to fit: {iterations} trials" in printed.stdout, printed.stdout[-1500:]
 
 
 def test_a_parse_collapse_at_the_end_of_the_sheet_fails_the_verdict_and_shows_in_compare(

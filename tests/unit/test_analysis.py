@@ -3,6 +3,8 @@ whose truth is known."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ from posbias.schemas import Curve, FakeCollapse, FakeSpec, Interval, PosbiasErro
 from posbias.schemas.schedule import RegressionRule
 from posbias.service import comparison, options, verdicts
 from posbias.service.bootstrap import single
-from posbias.service.intervals import clustered_interval, points, wilson_interval
+from posbias.service.intervals import bounded_interval, clustered_interval, points, wilson_interval
 from posbias.service.position_curve import build_curve, distance_curve
 from posbias.service.regression import position_regression
 from posbias.service.shape_test import shape_test
@@ -510,3 +512,21 @@ def test_options_by_position_reads_a_collapse_a_guess_and_confident_wrong_answer
         assert point.prior is not None and point.prior[3] > 0.8
     assert view.points[3].entropy is not None and view.points[3].entropy > 1.9  # bits, of 2
     assert view.points[5].confidence == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("bound", [1.0, 2.0, 0.25])
+def test_a_bounded_interval_stays_inside_its_range_nears_wald_when_narrow_and_widens_to_the_bound(
+    bound: float,
+) -> None:
+    for r in np.linspace(-1.2, 1.2, 49):
+        for half in (0.0, 0.01, 0.3, 1.0, 5.0, 1e6, math.inf):
+            found = bounded_interval(r * bound, half * bound, bound=bound)
+            assert found.low is not None and found.high is not None
+            assert -bound <= found.low <= found.high <= bound, (r, half, found)
+            if abs(r) < 1:
+                assert found.low - 1e-12 <= r * bound <= found.high + 1e-12
+    narrow = bounded_interval(0.1 * bound, 0.02 * bound, bound=bound)
+    assert narrow.low == pytest.approx(0.08 * bound, abs=1e-3 * bound)
+    assert narrow.high == pytest.approx(0.12 * bound, abs=1e-3 * bound)
+    at_the_bound = bounded_interval(-bound, 0.05 * bound, bound=bound)
+    assert (at_the_bound.low, at_the_bound.high) == (-bound, bound)

@@ -183,6 +183,10 @@ def test_a_cause_the_truth_does_not_depend_on_is_rarely_named(
 INTERVALS = [(case, name, part) for case in CASES for name in NAMES for part in ("effect", "bend")]
 INTERVALS = [(c, n, p) for c, n, p in INTERVALS if not (n == "token distance" and p == "bend")]
 INTERVALS += [(c, "step", "jump") for c in CASES if CASES[c].window is not None]
+UNSEPARATED = {"answer slot": ("position", "token distance")}
+"""Causes a setting's design never separates (a random order with no filler moves position and distance
+together): they get no interval of their own (`test_a_cause_not_separable_gets_no_interval_of_its_own`)."""
+INTERVALS = [(c, n, p) for c, n, p in INTERVALS if n not in UNSEPARATED.get(c, ())]
 
 
 @BROKEN
@@ -202,6 +206,18 @@ def test_every_printed_interval_holds_its_truth(
             true = truth.summaries(effect)[part]  # type: ignore[attr-defined]
         missed += not _holds(_narrowed(found) if broken else found, true)
     _check(at(REPS, 0.05, NARROW.broken), missed, what=f"{case}: {name} {part} interval", broken=broken)
+
+
+def test_a_cause_not_separable_gets_no_interval_of_its_own(explained: Callable[[str], list]) -> None:
+    """Position and distance in a random order without filler: the fit could only extrapolate each (past
+    +-100 points at times), so neither gets a summary; the table reads "not separable", a group is named."""
+    for case, names in UNSEPARATED.items():
+        for _, e in explained(case):
+            for name in names:
+                effect = _effect(e, name)
+                assert effect.effect is None and effect.bend is None, (case, name, effect)
+                assert (effect.reading or "").startswith("not separable from"), effect.reading
+            assert any(set(names) <= set(c.effects) for c in e.confounds), e.confounds
 
 
 @BROKEN
