@@ -575,7 +575,7 @@ def explain_checks(
         data = truth_answers(truth, layout, World.draw(rng, prompts=iterations), rng=rng)
         found = explain_curve(data, model="sim", info=info, resamples=resamples, seed=rep)
         for effect in found.effects:
-            if effect.status != "estimated" or effect.effect is None:
+            if effect.status != "estimated":
                 continue
             if effect.name in truth.causes:
                 t.setdefault(f"{effect.name}: true cause named", Tally(">= 0.90")).add(effect.distinguishable)
@@ -584,6 +584,8 @@ def explain_checks(
                     effect.distinguishable
                 )
             t.setdefault(f"{effect.name}: information", Tally("mean")).add(effect.information or 0.0)
+            if effect.effect is None:  # not separable: no summary of its own
+                continue
             true = truth.summaries(effect)
             for name, interval in (("effect", effect.effect), ("bend", effect.bend)):
                 if interval is not None:

@@ -12,8 +12,16 @@ observed probabilities are its belief times the prior), options shuffled per tri
 accuracy (`service/options.debiased_accuracy`) at each position against the truth (the accuracy of the
 model's belief, which the prior hides), its interval's coverage and the estimate's bias.
 
+`explain`: for each number of trials C, simulate jobs of the explain grid's designs with a known truth
+(`benchmarks/coverage.py`: a line in position under a random order, a decay and a step under a filler sweep,
+no effect), and measure what `posbias explain` would print: every interval's coverage, the share of
+intervals outside what is possible (a change of more than 100 points over the range it summarizes) and the
+rate of false causes. The smallest C from which coverage holds is `service/explain.MIN_CLUSTERS`; below it
+explain fits nothing and says how many trials it needs.
+
     python benchmarks/intervals.py clusters --reps 200
     python benchmarks/intervals.py debiased --reps 200
+    python benchmarks/intervals.py explain --reps 200 --counts 4,8,12,16,24,32
 
 Prints one table per program: per setting and statistic, the coverage with its binomial 95% interval.
 """
@@ -23,14 +31,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from posbias.schemas import FakeCollapse, FakeSpec
+from posbias.schemas import FakeCollapse, FakeSpec, Interval, ModelInfo
+from posbias.schemas.explanation import Effect
 from posbias.service import comparison, options, position_curve
 from posbias.service.intervals import wilson_interval
 from posbias.service.trial_data import TrialData
 from posbias.workers.fake_engine import latent_correct, option_probs, with_prior
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import coverage  # benchmarks/coverage.py: the explain grid's designs and truths
 
 POOL = 2000
 SPEC = FakeSpec(first=0.3, last=0.6, question_effect=0.3, prompt_effect=0.15)
@@ -151,9 +164,79 @@ def debiased(reps: int, *, n: int, trials: int, seed: int) -> None:
     print(f"  ({time.perf_counter() - started:.0f} s)")
 
 
+EXPLAIN_TRUTHS = {
+    "position, random order": ("position", "random"),
+    "decay, filler sweep": ("decay", "sweep"),
+    "step, filler sweep": ("step", "sweep"),
+    "none, filler sweep": ("none", "sweep"),
+}
+"""The truths and designs of `explain`: each names one cause the design separates, or none."""
+
+
+def _possible(effect: Effect, interval: Interval, *, stepped: bool) -> bool:
+    """Whether `interval` stays within a change of 100 points over what it summarizes. Distance's is the
+    smooth part's change over its span, which with a step in the fit may reach 200 (a curve within [0, 1]
+    that jumps by up to 100 points at the window)."""
+    scale, limit = 1.0, 1.0
+    if effect.span is not None:  # per 1,000 tokens over the span
+        scale = (effect.span[1] - effect.span[0]) / 1000.0
+        limit = 2.0 if stepped else 1.0
+    return all(v is None or abs(v) * scale <= limit + 1e-9 for v in (interval.low, interval.high))
+
+
+def explain(reps: int, *, n: int, counts: list[int], seed: int) -> None:
+    """Coverage, possibility and false causes of explain's printed figures against the number of trials."""
+    from posbias.service.explain import MIN_CLUSTERS, explain_curve
+
+    print(f"explain: N = {n}, window 600 tokens, MMLU-like lengths, {reps} replications per count and truth")
+    print(f"  (service/explain.MIN_CLUSTERS is {MIN_CLUSTERS}; below it explain fits nothing)")
+    info = ModelInfo(name="sim", num_layers=4, sliding_window=600, sliding_window_layers=(0, 2))
+    for c in counts:
+        started = time.perf_counter()
+        covered = possible = intervals = false = judged = fitted = 0
+        for label, (truth_name, design) in EXPLAIN_TRUTHS.items():
+            truth = coverage.TRUTHS[truth_name]
+            for rep in range(reps):
+                rng = np.random.default_rng([seed, c, rep, len(label)])
+                lengths = coverage.block_lengths(rng)
+                layout = coverage.design_layout(
+                    n=n, iterations=c, lengths=lengths, rng=rng, **coverage.DESIGNS[design]
+                )
+                world = coverage.World.draw(rng, prompts=c)
+                data = coverage.truth_answers(truth, layout, world, rng=rng)
+                found = explain_curve(data, model="sim", info=info, resamples=100, seed=rep, minimum=1)
+                fitted += bool(found.effects)
+                stepped = found.window is not None and found.window.jump is not None
+                for effect in found.effects:
+                    if effect.status != "estimated":
+                        continue
+                    if effect.name not in truth.causes:
+                        false += effect.distinguishable
+                        judged += 1
+                    if effect.effect is None:  # not separable: no summary of its own
+                        continue
+                    true = truth.summaries(effect)
+                    for part, interval in (("effect", effect.effect), ("bend", effect.bend)):
+                        if interval is None or interval.low is None or interval.high is None:
+                            continue
+                        intervals += 1
+                        covered += interval.low <= true[part] <= interval.high
+                        possible += _possible(effect, interval, stepped=stepped)
+                step = found.window
+                if step is not None and step.tested and step.jump is not None and step.jump.low is not None:
+                    jump = truth.step[1] if truth.step is not None else 0.0
+                    intervals += 1
+                    covered += step.jump.low <= jump <= (step.jump.high or 0.0)
+                    possible += abs(step.jump.low) <= 1 and abs(step.jump.high or 0.0) <= 1
+        _row(f"{c} trials", "every interval covers the truth", covered, intervals, "0.93-0.97")
+        _row(f"{c} trials", "interval possible", possible, intervals, "1")
+        _row(f"{c} trials", "false cause named", false, judged, "<= 0.05")
+        print(f"  ({fitted} fits, {time.perf_counter() - started:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("program", choices=["clusters", "debiased"])
+    parser.add_argument("program", choices=["clusters", "debiased", "explain"])
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--counts", default="4,8,12,16,20,30,50", help="clusters: trial counts to try.")
@@ -165,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         clusters(
             args.reps, n=args.batch_size, counts=[int(c) for c in args.counts.split(",")], seed=args.seed
         )
+    elif args.program == "explain":
+        explain(args.reps, n=args.batch_size, counts=[int(c) for c in args.counts.split(",")], seed=args.seed)
     else:
         debiased(args.reps, n=args.batch_size, trials=args.trials, seed=args.seed)
     return 0
