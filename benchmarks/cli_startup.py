@@ -37,6 +37,7 @@ CASES = {
     "posbias run --dry-run (pointer to submit)": _posbias("run", "--dry-run"),
     "posbias --help": _posbias("--help"),
     "posbias db current (reads the store)": _posbias("db", "current"),
+    "posbias curve --job 1 (no such job)": _posbias("curve", "--job", "1"),
 }
 
 
