@@ -578,7 +578,15 @@ def explain_checks(
             if effect.status != "estimated":
                 continue
             if effect.name in truth.causes:
-                t.setdefault(f"{effect.name}: true cause named", Tally(">= 0.90")).add(effect.distinguishable)
+                # Named alone only where the design separates it (in the jobs it does); where it does not,
+                # its group's row below is what counts, and this row says how often that was.
+                t.setdefault(f"{effect.name}: true cause not separable", Tally("share")).add(
+                    not effect.separable
+                )
+                if effect.separable:
+                    t.setdefault(f"{effect.name}: true cause named", Tally(">= 0.90")).add(
+                        effect.distinguishable
+                    )
             else:
                 t.setdefault(f"{effect.name}: false cause named", Tally("<= 0.05")).add(
                     effect.distinguishable
