@@ -291,11 +291,19 @@ class JobSpec(Record):
 
     @classmethod
     def build(cls, data: dict[str, Any], *, source: str = "spec") -> JobSpec:
-        """Validate `data`, turning pydantic's report into one line that names the field to fix."""
+        """Validate `data`, turning pydantic's report into one line that names the field to fix. A new spec
+        is also refused what its engine would silently ignore (stored specs, read with `model_validate`,
+        keep loading as they were stored)."""
         try:
-            return cls.model_validate(data)
+            spec = cls.model_validate(data)
         except ValidationError as exc:
             raise PosbiasError(f"invalid {source}: {describe_validation_error(exc)}") from None
+        if spec.engine.extra and spec.engine.name in (EngineName.fake, EngineName.hf):
+            raise PosbiasError(
+                f"invalid {source}: engine.extra: keyword arguments for vllm.LLM, which engine "
+                f"{spec.engine.name.value} does not read; remove them, or set engine.name: vllm"
+            )
+        return spec
 
 
 _LATER_FIELDS: tuple[tuple[str, ...], ...] = (

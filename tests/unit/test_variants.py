@@ -78,6 +78,19 @@ def test_engine_options_take_nested_values() -> None:
     assert engine.extra["compilation_config"] == {"level": 0}
 
 
+@pytest.mark.parametrize("engine", ["fake", "hf"])
+def test_a_new_spec_with_extra_for_an_engine_that_ignores_it_is_refused(engine: str) -> None:
+    # engine.extra is vllm.LLM's keyword arguments: the fake and hf engines never read them, so a new spec
+    # that sets them would run without them and say nothing. A stored one still loads as it was stored.
+    data = {"model": "m", "batch_sizes": [2], "engine": {"name": engine, "extra": {"k": [1]}}}
+    with pytest.raises(
+        PosbiasError, match=rf"engine\.extra: .* engine {engine} does not read; .*engine\.name: vllm"
+    ):
+        JobSpec.build(data)
+    assert JobSpec.model_validate(data).engine.extra == {"k": [1]}
+    assert JobSpec.build({**data, "engine": {"name": "vllm", "extra": {"k": [1]}}}).engine.extra == {"k": [1]}
+
+
 def test_each_variant_is_its_own_model_and_a_job_without_variants_keeps_its_key() -> None:
     plain = spec(**FAKE)
     late = {"name": "late", "fake": {"last": 0.1}}
