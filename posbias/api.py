@@ -79,7 +79,7 @@ def _settings(settings: Settings | None) -> Settings:
 
 def _spec(spec: SpecLike) -> JobSpec:
     if isinstance(spec, JobSpec):
-        return spec
+        return spec.checked_as_new()
     if isinstance(spec, str | Path):
         return JobSpec.from_file(spec)
     return JobSpec.build(dict(edge.typed(spec, Mapping, what="spec", kind=edge.SPEC_KINDS)), source="spec")

@@ -298,12 +298,17 @@ class JobSpec(Record):
             spec = cls.model_validate(data)
         except ValidationError as exc:
             raise PosbiasError(f"invalid {source}: {describe_validation_error(exc)}") from None
-        if spec.engine.extra and spec.engine.name in (EngineName.fake, EngineName.hf):
+        return spec.checked_as_new(source=source)
+
+    def checked_as_new(self, *, source: str = "spec") -> JobSpec:
+        """This spec, unless it sets what its engine would silently ignore: refused for a spec about to be
+        submitted (`build`, and the API for a `JobSpec` given as it is), never for one read back."""
+        if self.engine.extra and self.engine.name in (EngineName.fake, EngineName.hf):
             raise PosbiasError(
                 f"invalid {source}: engine.extra: keyword arguments for vllm.LLM, which engine "
-                f"{spec.engine.name.value} does not read; remove them, or set engine.name: vllm"
+                f"{self.engine.name.value} does not read; remove them, or set engine.name: vllm"
             )
-        return spec
+        return self
 
 
 _LATER_FIELDS: tuple[tuple[str, ...], ...] = (

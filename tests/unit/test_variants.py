@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+import posbias
 from posbias.schemas import JobSpec, LayerConfig, PosbiasError, QuestionPool, Variant, parse_intervention
 from posbias.service import planner
 from posbias.workers import variants
@@ -87,7 +88,10 @@ def test_a_new_spec_with_extra_for_an_engine_that_ignores_it_is_refused(engine: 
         PosbiasError, match=rf"engine\.extra: .* engine {engine} does not read; .*engine\.name: vllm"
     ):
         JobSpec.build(data)
-    assert JobSpec.model_validate(data).engine.extra == {"k": [1]}
+    stored = JobSpec.model_validate(data)
+    assert stored.engine.extra == {"k": [1]}
+    with pytest.raises(PosbiasError, match=r"engine\.extra: "):
+        posbias.dry_run(stored)  # the same spec given to the API as an object
     assert JobSpec.build({**data, "engine": {"name": "vllm", "extra": {"k": [1]}}}).engine.extra == {"k": [1]}
 
 
