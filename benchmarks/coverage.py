@@ -575,6 +575,9 @@ def explain_checks(
         data = truth_answers(truth, layout, World.draw(rng, prompts=iterations), rng=rng)
         found = explain_curve(data, model="sim", info=info, resamples=resamples, seed=rep)
         for effect in found.effects:
+            if effect.status == "not estimable" and effect.name in truth.causes:
+                # In lockstep with a cause the fit keeps: judged with it, in its group.
+                t.setdefault(f"{effect.name}: true cause not separable", Tally("share")).add(True)
             if effect.status != "estimated":
                 continue
             if effect.name in truth.causes:

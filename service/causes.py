@@ -112,27 +112,50 @@ def spline_for(values: Floats, *, knots: int, quantiles: bool) -> Spline:
 # --- what the design separates -----------------------------------------------------------------------
 
 
-def estimability(rows: Answers, *, lockstep: float) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """Each cause's status, notes, and the causes kept for the fit (in order)."""
+@dataclass(frozen=True)
+class Estimability:
+    """What the design lets the fit estimate of each cause."""
+
+    status: dict[str, str]
+    """Each cause: "held fixed", "not estimable" or "estimated"."""
+    notes: dict[str, str]
+    kept: list[str]
+    """The causes the fit estimates, in order."""
+    lockstep: dict[str, list[str]]
+    """Each cause not estimable: the kept causes it moves in lockstep with, which the fit's terms for them
+    stand in for (so that they are judged together, never one of them alone)."""
+
+
+def estimability(rows: Answers, *, lockstep: float) -> Estimability:
+    """Each cause's status and notes, the causes kept for the fit, and for each one left out the kept ones it
+    moves in lockstep with."""
     status: dict[str, str] = {}
     notes: dict[str, str] = {}
     kept: list[str] = []
+    partners: dict[str, list[str]] = {}
     for name in NAMES:
         x = rows.causes[name]
         if np.ptp(x) == 0:
             status[name] = "held fixed"
             notes[name] = f"the design holds the {name} fixed: it cannot move the curve here"
             continue
-        basis = np.column_stack([np.ones_like(x), *(rows.causes[k] for k in kept)])
-        residual = x - basis @ np.linalg.lstsq(basis, x, rcond=None)[0]
-        if float(residual.var()) < lockstep * float(x.var()):
+        if _left(rows, x, kept) < lockstep:
             status[name] = "not estimable"
-            others = " and ".join(kept) if kept else "the intercept"
-            notes[name] = f"the design moves the {name} in lockstep with the {others}: not estimable apart"
+            needed = [k for k in kept if _left(rows, x, [o for o in kept if o != k]) >= lockstep]
+            partners[name] = needed or list(kept)
+            others = " and ".join(f"the {k}" for k in partners[name])
+            notes[name] = f"the design moves the {name} in lockstep with {others}: not estimable apart"
             continue
         status[name] = "estimated"
         kept.append(name)
-    return status, notes, kept
+    return Estimability(status, notes, kept, partners)
+
+
+def _left(rows: Answers, x: Floats, names: list[str]) -> float:
+    """The share of `x`'s variance the causes `names` (with an intercept) leave unexplained."""
+    basis = np.column_stack([np.ones_like(x), *(rows.causes[k] for k in names)])
+    residual = x - basis @ np.linalg.lstsq(basis, x, rcond=None)[0]
+    return float(residual.var()) / float(x.var())
 
 
 def share(target: Floats, others: Floats) -> float:
@@ -193,6 +216,19 @@ def groups_of(
     for name in kept:
         found.setdefault(root(name), []).append(name)
     return [members for members in found.values() if len(members) > 1]
+
+
+def with_lockstep(groups: list[list[str]], lockstep: dict[str, list[str]]) -> list[list[str]]:
+    """`groups` with each cause not estimable put with the causes it moves in lockstep with (groups that
+    share a cause merged), each group's causes in the table's order."""
+    merged = [set(g) for g in groups]
+    for name, partners in lockstep.items():
+        joined = {name, *partners}
+        for group in [g for g in merged if g & joined]:
+            joined |= group
+            merged.remove(group)
+        merged.append(joined)
+    return [[n for n in NAMES if n in g] for g in merged]
 
 
 def correlations(rows: Answers, names: Sequence[str]) -> dict[frozenset[str], float]:

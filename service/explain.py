@@ -55,6 +55,7 @@ from posbias.service.causes import (
     groups_of,
     information_of,
     spline_for,
+    with_lockstep,
 )
 from posbias.service.explain_reading import alone, read, verdict
 from posbias.service.intervals import bounded_interval
@@ -85,6 +86,8 @@ _FIXES = {
     "after question k), which moves distances and not positions",
     frozenset({"answer slot", "token distance"}): "a random answer order with filler at several lengths",
 }
+_ALL = frozenset({"answer slot", "token distance"})
+"""The pair whose fix (a random order with filler) separates all three causes."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ def explain_curve(
             f"{max(minimum, 3)} iterations",
         )
 
-    status, notes, kept = estimability(rows, lockstep=LOCKSTEP)
+    estimable = estimability(rows, lockstep=LOCKSTEP)
+    status, notes, kept = estimable.status, estimable.notes, estimable.kept
     correlated = correlations(rows, [n for n in NAMES if status[n] != "held fixed"])
     blocks, columns = _blocks(rows, kept)
     smooth = np.column_stack(columns[1:])
@@ -147,7 +151,9 @@ def explain_curve(
     if step is not None and "token distance" not in kept:
         step = None
         window = (
-            window.model_copy(update={"note": "the design does not move token distances"}) if window else None
+            window.model_copy(update={"note": _unmoved(estimable.lockstep.get("token distance"))})
+            if window
+            else None
         )
     step_at = None
     if step is not None:
@@ -174,7 +180,7 @@ def explain_curve(
     if step_at is not None:
         terms["token distance"].append(step_at)
     information, pairs = information_of(design_matrix, terms)
-    groups = groups_of(information, pairs, kept, threshold=SEPARABLE)
+    groups = with_lockstep(groups_of(information, pairs, kept, threshold=SEPARABLE), estimable.lockstep)
     grouped = {name for members in groups for name in members}
     effects = []
     for name in NAMES:
@@ -241,6 +247,14 @@ def explain_curve(
         window=window,
         verdict=verdict(effects, confounds, window),
     )
+
+
+def _unmoved(partners: list[str] | None) -> str:
+    """Why the step is not tested when token distance is not in the fit (held fixed, or in lockstep)."""
+    if not partners:
+        return "the design does not move token distances"
+    causes = " and ".join(f"the {p}" for p in partners)
+    return f"the design moves token distances in lockstep with {causes}, so a step there cannot be told apart"
 
 
 # --- the fit's terms ----------------------------------------------------------------------------------
@@ -370,14 +384,16 @@ def _confounds(
     for members in groups:
         pairs = [frozenset({a, b}) for i, a in enumerate(members) for b in members[i + 1 :]]
         strongest = max(pairs, key=lambda p: abs(correlations.get(p, 0.0)))
-        indices = [i for m in members for i in terms[m]]
+        indices = [i for m in members for i in terms.get(m, [])]  # one not estimable has no terms
         p = joint(indices)  # type: ignore[operator]
-        fixes = sorted({_FIXES[p] for p in pairs if p in _FIXES})
+        # All three together: the one design that moves each apart from the others.
+        every = len(members) == len(NAMES)
+        fixes = [_FIXES[_ALL]] if every else sorted({_FIXES[p] for p in pairs if p in _FIXES})
         found.append(
             Confound(
                 effects=tuple(members),
                 correlation=correlations.get(strongest),
-                information=min(information[m] for m in members),
+                information=min(information.get(m, 0.0) for m in members),
                 terms=len(indices),
                 joint_p=p,
                 moves_curve=p < ALPHA,

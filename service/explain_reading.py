@@ -20,7 +20,7 @@ def read(effect: Effect, confounds: Sequence[Confound]) -> Effect:
         return effect
     if not effect.separable:
         others = next((c.effects for c in confounds if effect.name in c.effects), ())
-        rest = " and ".join(o for o in others if o != effect.name) or "the other causes"
+        rest = listed([o for o in others if o != effect.name]) or "the other causes"
         return effect.model_copy(update={"reading": f"not separable from {rest}"})
     if effect.distinguishable:
         return effect.model_copy(update={"reading": "moves the curve"})
@@ -57,7 +57,7 @@ def verdict(effects: Sequence[Effect], confounds: Sequence[Confound], window: Wi
     if moving:
         parts.append("Moves the curve: " + "; ".join(_describe(e, window) for e in moving) + ".")
     for c in confounds:
-        names = " and ".join(c.effects)
+        names = listed(c.effects)
         if c.moves_curve:
             parts.append(
                 f"{names[0].upper() + names[1:]} together move the curve (p = {c.joint_p:.2g}, "
@@ -120,6 +120,11 @@ def _window_sentence(window: WindowStep) -> str:
         f"A step {window.direction} at the sliding window ({window.window:,} tokens): {_pp(window.jump)} "
         f"beyond it, over a smooth decay (p = {window.p:.2g}){where}{up}."
     )
+
+
+def listed(names: Sequence[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 2 else " and ".join(names)
 
 
 def _excludes_zero(interval: Interval) -> bool:

@@ -75,6 +75,8 @@ def _interval(found: Interval | None) -> str:
 
 def print_explanation(e: Explanation) -> None:
     """One batch size's explanation: the causes' table, what the design does not separate, the window."""
+    from posbias.service.explain_reading import listed
+
     jobs = ",".join(map(str, e.job_ids))
     model = f"{e.model}{'@' + e.revision if e.revision else ''}"
     table = Table(title=f"what moves the curve: {model} - batch size {e.batch_size} (jobs {jobs})")
@@ -122,17 +124,19 @@ def print_explanation(e: Explanation) -> None:
             covered += f" (per 1,000 tokens: the smooth part's mean change from {distance.span[0]:,.0f} to "
             covered += f"{distance.span[1]:,.0f})"
     unit = e.cluster_unit if e.clusters == 1 else f"{e.cluster_unit}s"
+    clustered = "" if e.cluster_unit == "trial" else f" in {e.clusters:,} {unit}"
     threshold = f" below {e.threshold:.2f}" if e.threshold is not None else ""
     out.print(
-        f"design: {e.design}. {e.answers:,} parsed answers of {e.trials:,} trials in {e.clusters:,} {unit}"
+        f"design: {e.design}. {e.answers:,} parsed answers of {e.trials:,} trials{clustered}"
         f"{covered}. One least-squares fit, each cause a natural spline (distance with a step at the "
-        f"window), errors clustered, {adjusted}; p: the joint Wald test of the cause's terms (F with "
+        f"window), errors clustered by {e.cluster_unit or 'trial'}, {adjusted}; p: the joint Wald test of "
+        "the cause's terms (F with "
         f"{max(e.clusters - 1, 1):,} denominator degrees of freedom); bend: the middle against the ends; "
         "information: the share of the "
         f"cause's variation the others leave it (not separable{threshold})."
     )
     for confound in e.confounds:
-        names = " and ".join(confound.effects)
+        names = listed(confound.effects)
         r = f" (correlation {confound.correlation:+.2f})" if confound.correlation is not None else ""
         joint = (
             f"; together: p = {confound.joint_p:.2g} over {confound.terms} terms"

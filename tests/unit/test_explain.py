@@ -294,8 +294,9 @@ def test_a_u_shape_is_named(coverage: ModuleType) -> None:
 
 
 def test_forward_order_without_filler_cannot_separate_and_says_so(coverage: ModuleType) -> None:
-    # Issue 22: with distance the true cause in the seed's design, position and distance are reported
-    # together, in the table and in the verdict, never one of them as "not distinguishable" alone.
+    # Issue 22: with distance the true cause in the seed's design, the three causes are reported together, in
+    # the table and in the verdict: the slot is the position here (not estimable apart), and distance is too
+    # close to position to be told apart; never one of them as "not distinguishable" alone.
     fake = FakeSpec(first=0.65, last=0.35, depends_on="token-distance", distance_span=2000, **EFFECTS)
     rng = np.random.default_rng(4)
     layout = coverage.design_layout(n=10, iterations=200, lengths=coverage.block_lengths(rng), rng=rng)
@@ -304,11 +305,36 @@ def test_forward_order_without_filler_cannot_separate_and_says_so(coverage: Modu
     slot = _effect(found, "answer slot")
     assert slot.status == "not estimable" and slot.effect is None
     (group,) = found.confounds
-    assert set(group.effects) == {"position", "token distance"} and group.moves_curve
-    assert _effect(found, "position").reading == "not separable from token distance"
-    assert _effect(found, "token distance").reading == "not separable from position"
-    assert "--filler-tokens" in group.fix and "together move the curve" in found.verdict
+    assert group.effects == ("position", "answer slot", "token distance") and group.moves_curve
+    assert _effect(found, "position").reading == "not separable from answer slot and token distance"
+    assert _effect(found, "token distance").reading == "not separable from position and answer slot"
+    assert group.fix == "a random answer order with filler at several lengths"
+    assert "Position, answer slot and token distance together move the curve" in found.verdict
     assert "Moves the curve:" not in found.verdict
+
+
+@pytest.mark.parametrize("order", ["forward", "random"])
+def test_a_cause_in_lockstep_is_judged_with_the_one_fitted_for_it(coverage: ModuleType, order: str) -> None:
+    # Issue 22: all questions one length, so token distance is an exact function of position in forward
+    # and random order (and the slot of position in forward order). Only position is fitted; a step in
+    # distance at the window must not read as position moving the curve: position is judged with what it
+    # stands in for, and the window's step is not tested.
+    truth = coverage.TRUTHS["step"]
+    rng = np.random.default_rng(1)
+    layout = coverage.design_layout(
+        n=10, iterations=200, lengths=coverage.LENGTHS["fixed"](rng), rng=rng, order=order
+    )
+    data = coverage.truth_answers(truth, layout, coverage.World.draw(rng, prompts=200), rng=rng)
+    info = ModelInfo(name="sim", num_layers=4, sliding_window=WINDOW, sliding_window_layers=(0, 2))
+    found = explain_curve(data, model="sim", info=info, resamples=RESAMPLES)
+    distance, position = _effect(found, "token distance"), _effect(found, "position")
+    assert distance.status == "not estimable" and "in lockstep with the position" in (distance.note or "")
+    assert not position.separable and not position.distinguishable and position.effect is None
+    (group,) = [c for c in found.confounds if "token distance" in c.effects]
+    assert "position" in group.effects and group.moves_curve, found.confounds
+    assert "filler" in group.fix and "Moves the curve:" not in found.verdict
+    assert found.window is not None and not found.window.tested
+    assert "in lockstep with the position" in (found.window.note or "")
 
 
 def test_the_probe_design_holds_the_slot_fixed(coverage: ModuleType) -> None:
