@@ -112,8 +112,10 @@ def db(database_url: str) -> Iterator[Database]:
 # --- jobs and results --------------------------------------------------------------------------------
 
 
-def question_pool(size: int = 60) -> QuestionPool:
-    """`size` four-option questions over three subjects; the gold option is `i % 4`."""
+def question_pool(size: int = 60, *, varied: bool = False) -> QuestionPool:
+    """`size` four-option questions over three subjects; the gold option is `i % 4`. All one length in
+    tokens, or (`varied`) of 1 to 40 words more, as MMLU's vary: with one length, token distance is an exact
+    function of position and answer slot, and explain cannot tell them apart."""
     subjects = ("anatomy", "astronomy", "virology")
     questions = tuple(
         sorted(
@@ -121,7 +123,7 @@ def question_pool(size: int = 60) -> QuestionPool:
                 Question(
                     id=f"{subjects[i % 3]}/q{i:04d}",
                     subject=subjects[i % 3],
-                    question=f"Question number {i}?",
+                    question=f"Question number {i}{' about' * (1 + i * 7 % 40) if varied else ''}?",
                     choices=(f"a{i}", f"b{i}", f"c{i}", f"d{i}"),
                     answer=i % 4,
                 )
@@ -144,12 +146,15 @@ MakeJob = Callable[..., Submitted]
 
 @pytest.fixture
 def make_job() -> MakeJob:
-    """Submit a job of the fake engine through the real planner: `make_job(db, key=None, **spec_fields)`.
+    """Submit a job of the fake engine through the real planner: `make_job(db, key=None, **spec_fields)`
+    (`varied=True`: questions of varied lengths, `question_pool`).
 
     Defaults: batch sizes 2 and 3, 4 iterations, 2 trials per shard (4 shards).
     """
 
-    def submit(db: Database, *, key: str | None = None, pool_size: int = 60, **fields: Any) -> Submitted:
+    def submit(
+        db: Database, *, key: str | None = None, pool_size: int = 60, varied: bool = False, **fields: Any
+    ) -> Submitted:
         values: dict[str, Any] = {
             "model": "fake/model",
             "batch_sizes": (2, 3),
@@ -159,7 +164,7 @@ def make_job() -> MakeJob:
         }
         values.update(fields)
         spec = JobSpec.model_validate(values)
-        plan = planner.plan(spec, pool=question_pool(pool_size))
+        plan = planner.plan(spec, pool=question_pool(pool_size, varied=varied))
         return jobs.submit(db, spec, plan, idempotency_key=key)
 
     return submit

@@ -171,6 +171,7 @@ def test_explain_names_the_cause_of_each_fake(
             pool_size=2000,
             answer_order="random",
             answer_mode="constrained",
+            varied=True,  # as MMLU's: with one length, distance is position and slot combined
             **fields,
         ).job_id
         for cause, fields in CAUSES.items()
