@@ -3,6 +3,7 @@ whether the model's sliding window puts a step in it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -102,6 +103,16 @@ class Confound(Record):
     )
     moves_curve: bool = Field(False, description="The joint test rejects at 5%.")
     fix: str = Field(description="A design that would separate them.")
+
+    @property
+    def named(self) -> str:
+        """The causes as a sentence names them: "a and b", "a, b and c"."""
+        return listed(self.effects)
+
+
+def listed(names: Sequence[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 2 else " and ".join(names)
 
 
 class WindowStep(Record):

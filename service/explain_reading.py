@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from posbias.schemas import Interval
-from posbias.schemas.explanation import Confound, Effect, WindowStep
+from posbias.schemas.explanation import Confound, Effect, WindowStep, listed
 
 MATERIAL = 0.10
 """A cause whose intervals rule out every change beyond this (10 points, a third of the seed's first-to-last
@@ -57,7 +57,7 @@ def verdict(effects: Sequence[Effect], confounds: Sequence[Confound], window: Wi
     if moving:
         parts.append("Moves the curve: " + "; ".join(_describe(e, window) for e in moving) + ".")
     for c in confounds:
-        names = listed(c.effects)
+        names = c.named
         if c.moves_curve:
             parts.append(
                 f"{names[0].upper() + names[1:]} together move the curve (p = {c.joint_p:.2g}, "
@@ -120,11 +120,6 @@ def _window_sentence(window: WindowStep) -> str:
         f"A step {window.direction} at the sliding window ({window.window:,} tokens): {_pp(window.jump)} "
         f"beyond it, over a smooth decay (p = {window.p:.2g}){where}{up}."
     )
-
-
-def listed(names: Sequence[str]) -> str:
-    """ "a", "a and b", "a, b and c"."""
-    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 2 else " and ".join(names)
 
 
 def _excludes_zero(interval: Interval) -> bool:

@@ -75,8 +75,6 @@ def _interval(found: Interval | None) -> str:
 
 def print_explanation(e: Explanation) -> None:
     """One batch size's explanation: the causes' table, what the design does not separate, the window."""
-    from posbias.service.explain_reading import listed
-
     jobs = ",".join(map(str, e.job_ids))
     model = f"{e.model}{'@' + e.revision if e.revision else ''}"
     table = Table(title=f"what moves the curve: {model} - batch size {e.batch_size} (jobs {jobs})")
@@ -136,7 +134,7 @@ def print_explanation(e: Explanation) -> None:
         f"cause's variation the others leave it (not separable{threshold})."
     )
     for confound in e.confounds:
-        names = listed(confound.effects)
+        names = confound.named
         r = f" (correlation {confound.correlation:+.2f})" if confound.correlation is not None else ""
         joint = (
             f"; together: p = {confound.joint_p:.2g} over {confound.terms} terms"
