@@ -27,6 +27,14 @@ RAY_CLIENT_ATTEMPTS = 3
 RAY_PROBE_SECONDS = 5.0
 """How long the TCP connection to a Ray address may take before it counts as unreachable."""
 RAY_HINT = "start it with `ray start --head`, or use --ray-address local"
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
+"""Ray's settings for the local cluster `init_ray` starts. Ray runs its workers at niceness 15 by default, so
+that its own daemons stay responsive; but here a worker is the engine actor, posbias's whole workload, and at
+15 every ordinary process on the machine comes first: one busy process at niceness 19 halved the engine's
+throughput while raw vLLM in the driver lost nothing (`benchmarks/throughput.py --setting tiny`: b/a 0.46
+against 0.95 at niceness 0; benchmarks/README.md, "Throughput"). At 0 the actors run at the niceness
+posbias was started with (`nice posbias worker` still lowers them). A cluster started by `ray start` keeps
+its own setting (`RAY_worker_niceness`; deploy/README.md)."""
 
 
 def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
@@ -56,6 +64,7 @@ def init_ray(settings: Settings, *, num_cpus: int | None = None) -> None:
                     include_dashboard=False,
                     log_to_driver=loud,
                     configure_logging=False,
+                    _system_config=LOCAL_SYSTEM_CONFIG,
                 )
                 reaper.watch([pid for pid in reaper.children() if pid not in before])
             elif address == "auto" or address.startswith("ray://"):

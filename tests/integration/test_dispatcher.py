@@ -178,6 +178,36 @@ def test_a_dispatcher_killed_mid_job_and_restarted_finishes_it(
             assert all(s.attempts == 0 for s in jobs.shards(db, job))
 
 
+def test_the_engine_actors_run_at_the_niceness_posbias_was_started_with(
+    database_url: str, make_job: Callable[..., Submitted], tmp_path: Path
+) -> None:
+    """Ray starts its workers at niceness 15, behind every ordinary process on the machine; the local Ray
+    that `posbias worker` starts runs them, the engine actors, at the worker's own (benchmarks/README.md:
+    one busy process at niceness 19 halved the engine's throughput at 15)."""
+    import psutil
+
+    from posbias.service import database
+
+    def actors() -> list[psutil.Process]:
+        found = []
+        for process in psutil.Process(worker.pid).children(recursive=True):
+            try:
+                if " ".join(process.cmdline()).startswith("ray::ShardActor"):
+                    found.append(process)
+            except psutil.Error:
+                continue
+        return found
+
+    with database.connect(database_url) as db:
+        job = make_job(db, batch_sizes=(2,), iterations=8, shard_size=1, fake={"delay_s": 0.3}).job_id
+        worker = worker_process(database_url, tmp_path, "--until-empty", niceness=3)
+        wait_for(lambda: bool(actors()), what="the worker's engine actor")
+        assert worker.pid is not None and psutil.Process(worker.pid).nice() == 3
+        assert {actor.nice() for actor in actors()} == {3}
+        summary_of(worker)
+        assert jobs.get(db, job).status is JobStatus.done
+
+
 def test_sigterm_stops_leasing_finishes_in_flight_and_exits_cleanly(
     database_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:

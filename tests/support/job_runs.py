@@ -36,12 +36,13 @@ def worker_process(
     ray_address: str = "local",
     lease_seconds: int = 4,
     new_session: bool = True,
+    niceness: int = 0,
     **env: str,
 ) -> subprocess.Popen[str]:
     """`posbias worker --ray-address RAY_ADDRESS --json ARGS` on the store at `url`, with short polls and
     heartbeats, leases of `lease_seconds` and its cache in `folder`; `env` adds to its environment.
     `new_session` starts it in a process group of its own, so that a test can kill the driver and the Ray it
-    started together (`os.killpg`)."""
+    started together (`os.killpg`). `niceness` starts it as `nice -n NICENESS posbias worker` would."""
     environment = {
         **os.environ,
         "POSBIAS_DATABASE_URL": url,
@@ -52,8 +53,9 @@ def worker_process(
         "RAY_ADDRESS": "",
         **env,
     }
+    nice = ["nice", "-n", str(niceness)] if niceness else []
     return subprocess.Popen(
-        [sys.executable, "-m", "posbias.cli", "worker", "--ray-address", ray_address, "--json", *args],
+        [*nice, sys.executable, "-m", "posbias.cli", "worker", "--ray-address", ray_address, "--json", *args],
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
