@@ -201,9 +201,14 @@ def test_the_engine_actors_run_at_the_niceness_posbias_was_started_with(
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(2,), iterations=8, shard_size=1, fake={"delay_s": 0.3}).job_id
         worker = worker_process(database_url, tmp_path, "--until-empty", niceness=3)
-        wait_for(lambda: bool(actors()), what="the worker's engine actor")
-        assert worker.pid is not None and psutil.Process(worker.pid).nice() == 3
-        assert {actor.nice() for actor in actors()} == {3}
+        try:
+            wait_for(lambda: bool(actors()), what="the worker's engine actor")
+            assert psutil.Process(worker.pid).nice() == 3
+            assert {actor.nice() for actor in actors()} == {3}
+        except BaseException:
+            os.killpg(worker.pid, signal.SIGKILL)  # the worker and the Ray it started
+            worker.communicate()
+            raise
         summary_of(worker)
         assert jobs.get(db, job).status is JobStatus.done
 
