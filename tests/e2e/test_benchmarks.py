@@ -98,13 +98,19 @@ def test_dispatch_benchmark_prints_rates_and_breakdown(mmlu_dir: Path, tmp_path:
 def test_throughput_benchmark_prints_both_ratios(mmlu_dir: Path, tmp_path: Path) -> None:
     out = run_benchmark(
         "throughput.py",
-        *("--setting", "tiny", "--trials", "16", "--hf-trials", "2", "--repeats", "1"),
+        *("--setting", "tiny", "--trials", "16", "--hf-trials", "2", "--repeats", "2"),
         mmlu_dir=mmlu_dir,
         tmp_path=tmp_path,
     )
     for way in ("(a) raw vLLM, one call", "(b) posbias end to end", "(c) transformers, one by one"):
         assert re.search(rf"{re.escape(way)}(\s+{NUMBER}){{6}}$", out, re.M), out
     assert re.search(rf"b/a \(trials/s\): {NUMBER}", out), out
+    # Two repeats, one in each order: b/a by order, and both orders weighed equally.
+    by_order = re.search(rf"b/a by order: ({NUMBER}) with \(b\) second, ({NUMBER}) with \(b\) first", out)
+    balanced = re.search(rf"b/a, both orders weighed equally: ({NUMBER})", out)
+    assert by_order and balanced, out
+    second, first = (float(x) for x in by_order.groups())
+    assert float(balanced.group(1)) == pytest.approx((second * first) ** 0.5, abs=1e-3)
     assert re.search(rf"b/c \(trials/s\): {NUMBER}; \(tokens/s\): {NUMBER}", out), out
 
 
