@@ -70,9 +70,17 @@ def ray_session() -> Iterator[None]:
     A test that dispatches in-process uses it; one that runs the CLI as a subprocess gets a Ray of its own."""
     import ray
 
+    from posbias.service.ray_connect import LOCAL_SYSTEM_CONFIG
+
     if not ray.is_initialized():
+        # Ray's settings as `posbias worker` starts it: the actors at this process's niceness.
         ray.init(
-            address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _system_config=LOCAL_SYSTEM_CONFIG,
         )
     yield
     ray.shutdown()
