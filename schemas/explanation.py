@@ -131,7 +131,12 @@ class WindowStep(Record):
         "joint fit (a natural spline in distance, with position, slot and question difficulty), with its 95% "
         "interval (clustered).",
     )
-    p: float | None = Field(None, description="p-value of no step at the window (clustered Wald test).")
+    p: float | None = Field(
+        None,
+        description="p-value of no step at the window (its term's clustered Wald test), adjusted in the "
+        "causes' Holm family, where it is tested after the token distance with distance's share of the "
+        "level.",
+    )
     found: bool = Field(
         False,
         description="A step: p < 0.05 and the token distance moves the curve (its joint test, step included, "

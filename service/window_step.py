@@ -3,8 +3,10 @@
 For a model with a sliding window W, the joint fit (`service/explain.py`) gives the token distance a term
 1[distance >= W] beside its smooth natural spline, so that the step is judged with position, slot and the
 smooth decay held fixed, in the same fit that says what moves the curve. Its coefficient, with its
-clustered interval and Wald p-value, is the jump; it is reported as a step only when the token distance moves
-the curve (its joint test, step included, rejects: a closed test, so the step never contradicts the verdict).
+clustered interval and Wald p-value, is the jump; it is reported as a step only when the token distance
+moves the curve (its joint test, step included, rejects, so that the step never contradicts the verdict) and
+then its own test rejects at the level distance was tested at: one family with the causes' Holm-adjusted
+tests (`explain._holm`; `p` is the adjusted p-value).
 When there is one, where the data put it: the split of the answers by distance (at any observed distance, 5%
 trimmed each side) that fits the joint model best, and the 95% interval of that split from a cluster
 bootstrap; that interval says whether the step is at the window only when it is narrow against it.
@@ -82,7 +84,8 @@ def tested_step(
     resamples: int,
     seed: int,
 ) -> WindowStep:
-    """The window's record from the joint fit's step term (`jump`, `p`), located when found."""
+    """The window's record from the joint fit's step term (`jump`; `p`, adjusted in the causes' family),
+    located when found."""
     found = p < ALPHA and distance_moves
     update: dict[str, object] = {"tested": True, "jump": jump, "p": p, "found": found}
     if found and jump.estimate is not None:
