@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import itertools
 import math
 import sys
 import time
@@ -166,29 +167,26 @@ def design_layout(
     after: int = 0,
     probe: bool = False,
 ) -> DesignLayout:
-    """Plan like `service/planner.py` (each set at every filler length; a random order and a probe position
-    per set, probes balanced in blocks of N) and measure distances like `workers/shard.py`, with question
-    blocks of `lengths[code]` tokens."""
+    """Plan like `service/planner.py` (each set at every filler length; a random order per set; a probe
+    asks each position of a set in a prompt of its own) and measure distances like `workers/shard.py`, with
+    question blocks of `lengths[code]` tokens."""
     questions, clusters, keys, answered, slots, lines, distances, fillers = [], [], [], [], [], [], [], []
-    probes: list[int] = []
     for iteration in range(iterations):
         chosen = rng.choice(POOL, size=n, replace=False)
         if order == "random":
-            asked = list(rng.permutation(n) + 1)
+            ways = [list(rng.permutation(n) + 1)]
         elif order == "reverse":
-            asked = list(range(n, 0, -1))
+            ways = [list(range(n, 0, -1))]
         else:
-            asked = list(range(1, n + 1))
+            ways = [list(range(1, n + 1))]
         if probe:
-            if iteration % n == 0:
-                probes = list(rng.permutation(n) + 1)
-            asked = [probes[iteration % n]]
-        slot = np.full(n, np.nan)
-        for line, position in enumerate(asked, start=1):
-            slot[position - 1] = line
+            ways = [[position] for position in range(1, n + 1)]
         blocks = lengths[chosen] + SEPARATOR_TOKENS
         after_me = np.cumsum(blocks[::-1])[::-1] - blocks  # tokens of the blocks after each position
-        for length in filler:
+        for asked, length in itertools.product(ways, filler):
+            slot = np.full(n, np.nan)
+            for line, position in enumerate(asked, start=1):
+                slot[position - 1] = line
             moved = np.zeros(n)
             if length and where == "end":
                 moved[:] = length + SEPARATOR_TOKENS
@@ -517,7 +515,8 @@ def _design_answers(
     prompt_effect: float,
 ) -> TrialData:
     """Answers drawn at `accuracy` per (trial, position) for a design's layout, as `queries.trial_data`
-    would hand them over: one sampled set a cluster in a filler sweep, a trial otherwise."""
+    would hand them over: one sampled set a cluster when the set is shown several times (a filler sweep, a
+    probe of each position), a trial otherwise."""
     trials, n = layout.questions.shape
     correct = latent_correct(
         accuracy,
@@ -527,7 +526,7 @@ def _design_answers(
         question_effect=question_effect,
         prompt_effect=prompt_effect,
     )
-    sweep = len(set(layout.filler.tolist())) > 1
+    sweep = len(set(layout.clusters.tolist())) < trials
     return TrialData.from_arrays(
         correct.astype(np.float64) * layout.answered,
         answered=layout.answered,
@@ -682,7 +681,8 @@ DESIGNS: dict[str, dict[str, object]] = {
     "probe": {"probe": True},
     "probe-sweep": {"probe": True, "filler": (0, 800)},
 }
-"""Designs: answer orders, filler 0/800 tokens at the end (a sweep), and probes (one question asked)."""
+"""Designs: answer orders, filler 0/800 tokens at the end (a sweep), and probes (one question asked a prompt,
+each position of a set in turn)."""
 
 
 def _explain_setting(truth: str, design: str, lengths: str = "mmlu", window: int | None = 600) -> Setting:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import warnings
 from enum import StrEnum
 from pathlib import Path
@@ -85,8 +84,8 @@ class JobSpec(Record):
         Design.random,
         description="`random`: each trial samples N distinct questions. `rotation`: each sampled set is "
         "shown N times, rotated so every question sits at every position once (N times the cost). "
-        "`probe`: each prompt shows N questions and asks for the answer to one, every position asked "
-        "equally often (iterations a multiple of every batch size).",
+        "`probe`: each prompt shows N questions and asks for the answer to one; each sampled set is "
+        "shown N times, asking for each position once (N prompts that differ only in their last line).",
     )
     answer_mode: AnswerMode = Field(
         AnswerMode.free,
@@ -241,7 +240,8 @@ class JobSpec(Record):
 
     def trials_per_batch_size(self, batch_size: int) -> int:
         """Prompts this spec renders at one batch size, for each variant."""
-        rotations = batch_size if self.design is Design.rotation else 1
+        # A rotation shows each set N times, rotated; a probe asks each position in a prompt of its own.
+        rotations = batch_size if self.design in (Design.rotation, Design.probe) else 1
         planned = self.iterations * rotations * len(self.filler_lengths)
         return planned if self.limit is None else min(planned, self.limit)
 
@@ -359,15 +359,8 @@ def _check_variants_fit_engine(spec: JobSpec) -> None:
 
 def _check_design_fits_batch_sizes(spec: JobSpec) -> None:
     """Refuse a probe design or a filler position that some batch size cannot honour."""
-    if spec.design is Design.probe:
-        if spec.answer_order is not AnswerOrder.forward:
-            raise ValueError("the probe design asks for one answer: leave answer_order forward")
-        uneven = [n for n in spec.batch_sizes if spec.iterations % n]
-        if uneven:
-            raise ValueError(
-                f"the probe design asks every position equally often: iterations ({spec.iterations}) "
-                f"must be a multiple of every batch size (not of {uneven}), e.g. {_lcm(spec.batch_sizes)}"
-            )
+    if spec.design is Design.probe and spec.answer_order is not AnswerOrder.forward:
+        raise ValueError("the probe design asks for one answer: leave answer_order forward")
     if spec.filler is not None and spec.filler.position is not None:
         short = [n for n in spec.batch_sizes if n <= spec.filler.position]
         if short:
@@ -396,7 +389,3 @@ def _default_at(path: tuple[str, ...]) -> object:
         model = model.model_fields[part].default_factory
     default = model.model_fields[path[-1]].default
     return default.value if isinstance(default, StrEnum) else default
-
-
-def _lcm(values: tuple[int, ...]) -> int:
-    return math.lcm(*values)

@@ -3,13 +3,14 @@
 The same spec and question pool give the same plan on any machine: sampling uses numpy's `default_rng`
 (PCG64, platform independent) seeded by the job seed and the batch size, and draws indices into the pool
 sorted by question id, so neither load order nor the other batch sizes of the job change a batch size's
-trials. Option shuffling, random answer orders and probe positions each draw from a stream of their own, so
-turning any of them on keeps the same questions: a job of the reverse or random order, or with filler, shows
+trials. Option shuffling and random answer orders each draw from a stream of their own, so turning either on
+keeps the same questions: a job of the reverse or random order, or with filler, shows
 the same sets as the seed's design with the same seed, and can be pooled with it.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -28,7 +29,6 @@ PROGRESS_EVERY = 10_000
 _SAMPLE_STREAM = 0
 _SHUFFLE_STREAM = 1
 _ORDER_STREAM = 2
-_PROBE_STREAM = 3
 
 
 def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int], None] | None = None) -> Plan:
@@ -36,9 +36,10 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
 
     Trial indices run 0..T-1 over the batch sizes in ascending order. `random` samples N distinct
     questions per iteration; `rotation` samples N per iteration and shows them N times, rotated so every
-    question sits at every position once; `probe` samples N per iteration and asks for one position, each
-    block of N iterations asking every position once, in an order drawn from the seed. Each sampled set (and
-    rotation) is shown once per filler length, with the same options and answer order at every length, so
+    question sits at every position once; `probe` samples N per iteration and shows that one prompt N
+    times, asking for a different position each time (the N prompts share everything before the request, so
+    an engine with a prefix cache reads the questions once). Each sampled set (and rotation, and probe) is
+    shown once per filler length, with the same options and answer order at every length, so
     only the filler differs between them. A random answer order is drawn per sampled set (and rotation).
     Each shard holds trials of one batch size. A job with several variants has these trials once per variant
     (`per_variant`). Raises `PosbiasError` when a batch size exceeds the pool. `on_progress(trials planned,
@@ -59,14 +60,12 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
         sample = np.random.default_rng(_entropy(spec.seed, batch_size, _SAMPLE_STREAM))
         shuffle = np.random.default_rng(_entropy(spec.seed, batch_size, _SHUFFLE_STREAM))
         ordering = np.random.default_rng(_entropy(spec.seed, batch_size, _ORDER_STREAM))
-        probing = np.random.default_rng(_entropy(spec.seed, batch_size, _PROBE_STREAM))
-        probes: list[int] = []
         first = len(trials)
+        # A probe asks each position of a set in turn, the prompt otherwise the same; other designs ask all.
+        probes: list[int | None] = list(range(1, batch_size + 1)) if spec.design is Design.probe else [None]
         for iteration in range(spec.iterations):
             chosen = sample.choice(len(ids), size=batch_size, replace=False).tolist()
             used.update(chosen)
-            if spec.design is Design.probe and iteration % batch_size == 0:
-                probes = [int(p) + 1 for p in probing.permutation(batch_size)]
             rotations = range(batch_size) if spec.design is Design.rotation else range(1)
             for rotation in rotations:
                 # Position i holds chosen[(i + rotation) mod N]; list slices, not np.roll: a million
@@ -79,7 +78,7 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
                     else None
                 )
                 answer_order = _answer_order(spec.answer_order, batch_size, rng=ordering)
-                for filler_tokens in spec.filler_lengths:
+                for probe, filler_tokens in itertools.product(probes, spec.filler_lengths):
                     trials.append(
                         Trial(
                             index=len(trials),
@@ -89,7 +88,7 @@ def plan(spec: JobSpec, *, pool: QuestionPool, on_progress: Callable[[int, int],
                             choice_orders=orders,
                             rotation=rotation,
                             answer_order=answer_order,
-                            probe=probes[iteration % batch_size] if spec.design is Design.probe else None,
+                            probe=probe,
                             filler_tokens=filler_tokens,
                         )
                     )
@@ -144,8 +143,13 @@ def _answer_order(order: AnswerOrder, batch_size: int, *, rng: np.random.Generat
 
 
 def shard_size(spec: JobSpec, *, batch_size: int) -> int:
-    """Trials per shard at `batch_size`: `spec.shard_size`, or about `QUESTIONS_PER_SHARD` questions."""
+    """Trials per shard at `batch_size`: `spec.shard_size`, or about `QUESTIONS_PER_SHARD` questions. A
+    probe's shard holds whole sets (its N prompts a set at every filler length), so that one engine call
+    sees the prompts that share a prefix."""
     size = spec.shard_size or max(1, QUESTIONS_PER_SHARD // batch_size)
+    if spec.shard_size is None and spec.design is Design.probe:
+        per_set = batch_size * len(spec.filler_lengths)
+        size = per_set * max(1, round(size / per_set))
     return min(size, spec.trials_per_batch_size(batch_size))
 
 

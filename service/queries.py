@@ -150,7 +150,8 @@ def trial_data(
 ) -> TrialData:
     """Every answered trial of `variant` of `job_ids` at `batch_size`, with its answers, as the analyses
     read them: pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by
-    sampled set for jobs of the rotation design and for filler sweeps (each set shown at several lengths).
+    sampled set for jobs of the rotation design, for filler sweeps (each set shown at several lengths) and
+    for probes (each set asked at every position).
     Variants are never pooled: each is its own curve."""
     ids = sorted(set(job_ids))
     with db.read() as session:
@@ -158,8 +159,10 @@ def trial_data(
             job_id: spec for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
         }
         rotation = {job_id: spec.get("design") == "rotation" for job_id, spec in specs.items()}
+        # A set shown several times (a filler sweep, a probe of each position) is a cluster of its own.
         sweep = {
-            job_id: len((spec.get("filler") or {}).get("tokens") or ()) > 1 for job_id, spec in specs.items()
+            job_id: len((spec.get("filler") or {}).get("tokens") or ()) > 1 or spec.get("design") == "probe"
+            for job_id, spec in specs.items()
         }
         trial_rows = session.execute(
             select(

@@ -48,7 +48,8 @@ class TrialRow(NamedTuple):
     filler_tokens: int = 0
     """The prompt's filler length."""
     set_cluster: bool = False
-    """True when its job showed each sampled set several times (a filler sweep): the set is its cluster."""
+    """True when its job showed each sampled set several times (a filler sweep, a probe of each position): the
+    set is its cluster."""
 
 
 class ResultRow(NamedTuple):
@@ -189,7 +190,7 @@ class TrialData:
         job_id: int = 0,
     ) -> TrialData:
         """From a worker's results (a `ShardResult`'s) and the trials they answer, without a store."""
-        sweep = len({t.filler_tokens for t in trials}) > 1
+        sweep = len({t.filler_tokens for t in trials}) > 1 or any(t.probe is not None for t in trials)
         rows = [
             TrialRow(
                 t.index,

@@ -15,7 +15,7 @@ from support.designs import Window, check_trial
 from support.job_runs import dispatch
 
 from posbias.schemas import CurveAxis, CurveQuery, JobStatus, Submitted
-from posbias.service import curves, database, jobs, shards
+from posbias.service import curves, database, jobs, queries, shards
 from posbias.service.database import Database
 from posbias.service.settings import Settings
 from posbias.service.tables import Result, Shard, Trial
@@ -78,6 +78,10 @@ def test_every_design_runs_and_stores_what_its_prompts_asked(
             check_trial(
                 name, spec, trial, row, results, questions, tokenizer=tokenizer, window=Window(WINDOW, 4, 2)
             )
+        if spec.design == "probe":  # each of the 4 sets asked at each of its 4 positions: a set a cluster
+            data = queries.trial_data(db, job_ids=[job_id], batch_size=4)
+            assert (data.trials, data.clusters, data.cluster_unit) == (16, 4, "sampled set")
+            assert sorted(data.answered.sum(axis=0)) == [4, 4, 4, 4]  # every position asked once a set
 
 
 def test_curves_on_every_axis_and_the_views_for_a_sweep(

@@ -5,7 +5,6 @@ and the fake engine driven by each cause."""
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 
 import llguidance
@@ -81,7 +80,6 @@ def test_a_spec_without_designs_keeps_the_hash_jobs_were_stored_with() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"design": "probe", "iterations": 10, "batch_sizes": [4]}, "iterations (10) must be a multiple"),
         ({"design": "probe", "answer_order": "reverse"}, "leave answer_order forward"),
         ({"filler": {"tokens": [10], "where": "after"}}, "needs the question it follows"),
         (
@@ -139,16 +137,25 @@ def test_a_random_order_is_drawn_per_set_and_shared_by_its_filler_lengths(make_p
     assert planner.plan(spec, pool=make_pool(80)).trials == trials  # from the seed
 
 
-def test_the_probe_design_asks_every_position_equally_often(make_pool) -> None:  # type: ignore[no-untyped-def]
-    spec = _spec(design="probe", batch_sizes=[1, 4, 6], iterations=24, filler={"tokens": [0, 30]})
+def test_the_probe_design_asks_every_position_of_every_set_once(make_pool) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(
+        design="probe", batch_sizes=[1, 4, 6], iterations=5, filler={"tokens": [0, 30]}, shuffle_choices=True
+    )
     trials = planner.plan(spec, pool=make_pool(80)).trials
     for n in (1, 4, 6):
-        asked = Counter(t.probe for t in trials if t.batch_size == n)
-        assert asked == dict.fromkeys(range(1, n + 1), 24 * 2 // n), n
-        # Each block of N iterations asks every position once, in a drawn order.
-        blocks = [t.probe for t in trials if t.batch_size == n and t.filler_tokens == 0]
-        assert all(sorted(blocks[i : i + n]) == list(range(1, n + 1)) for i in range(0, 24, n))
+        mine = [t for t in trials if t.batch_size == n]
+        assert len(mine) == spec.trials_per_batch_size(n) == 5 * n * 2, n
+        for iteration in range(5):
+            one_set = [t for t in mine if t.iteration == iteration]
+            # One prompt per position and filler length; they differ only in the position asked.
+            assert sorted((t.probe, t.filler_tokens) for t in one_set) == [
+                (p, f) for p in range(1, n + 1) for f in (0, 30)
+            ], (n, iteration)
+            assert len({(t.question_ids, t.choice_orders) for t in one_set}) == 1
     assert all(t.asked() == (t.probe,) for t in trials)
+    # A shard holds whole sets, so the prompts that share a prefix reach one engine call.
+    plan = planner.plan(_spec(design="probe", batch_sizes=[50], iterations=4), pool=make_pool(80))
+    assert {len(shard.trial_indices) for shard in plan.shards} == {50}
 
 
 # --- prompts and patterns, position by position --------------------------------------------------------
@@ -355,7 +362,7 @@ def test_the_fake_answers_in_the_order_asked_and_a_probe_once(make_pool) -> None
         for trial, done in zip(plan.trials, result.trials, strict=True):
             written = [int(line.split(".")[0]) for line in (done.output_text or "").splitlines()]
             assert written == list(trial.asked()) and len(written) == lines
-        assert len(result.results) == 5 * lines
+        assert len(result.results) == len(plan.trials) * lines == 25  # 5 sets: 5 prompts or 5 x 5 probes
 
 
 def _shard(spec: JobSpec, plan):  # type: ignore[no-untyped-def]

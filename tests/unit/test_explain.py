@@ -348,7 +348,7 @@ def test_a_cause_in_lockstep_is_judged_with_the_one_fitted_for_it(coverage: Modu
     assert "in lockstep with the position" in (found.window.note or "")
 
 
-def test_the_probe_design_holds_the_slot_fixed(coverage: ModuleType) -> None:
+def test_the_probe_design_holds_the_slot_fixed_and_asks_every_position_of_a_set(coverage: ModuleType) -> None:
     fake = FakeSpec(first=0.3, last=0.6, **EFFECTS)
     rng = np.random.default_rng(6)
     layout = coverage.design_layout(
@@ -358,7 +358,11 @@ def test_the_probe_design_holds_the_slot_fixed(coverage: ModuleType) -> None:
     found = explain_curve(data, model="sim", resamples=RESAMPLES)
     slot = _effect(found, "answer slot")
     assert slot.status == "held fixed" and slot.reading == "held fixed"
-    assert found.answers == 200
+    # Each of the 200 sets is asked at every position, one prompt each: a cluster of 10 answers.
+    assert (found.answers, found.clusters, found.cluster_unit) == (2000, 200, "sampled set")
+    # Without filler, position and distance move together; their group moves the curve (30 points).
+    (group,) = found.confounds
+    assert set(group.effects) == {"position", "token distance"} and group.moves_curve
 
 
 def test_a_window_no_answer_reaches_is_not_tested(coverage: ModuleType) -> None:

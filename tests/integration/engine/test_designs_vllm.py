@@ -32,7 +32,7 @@ DESIGNS: dict[str, dict[str, Any]] = {
     },
     "probe, filler before": {
         "design": "probe",
-        "iterations": 4,  # every position probed once
+        "iterations": 1,  # one set, every position probed in a prompt of its own
         "filler": {"tokens": [40], "where": "before"},
     },
     "random order, filler at the end": {"answer_order": "random", "filler": {"tokens": [80]}},
