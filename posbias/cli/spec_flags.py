@@ -46,8 +46,8 @@ SeedOpt = Annotated[int | None, typer.Option(help="Seed for sampling questions."
 DesignOpt = Annotated[
     Design | None,
     typer.Option(
-        help="random; rotation (every question at every position); probe (N questions shown, one asked, "
-        "every position equally often)."
+        help="random; rotation (every question at every position); probe (N questions shown, one asked: "
+        "each set asked at every position, N prompts that share all but their last line)."
     ),
 ]
 AnswerOrderOpt = Annotated[
