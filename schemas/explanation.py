@@ -179,7 +179,7 @@ class Explanation(Record):
     design: str = Field(description="The jobs' designs in words.")
     trials: int = Field(description="Distinct trials.")
     clusters: int = Field(description="Independent clusters among them.")
-    cluster_unit: str = Field(description="`trial`, or `sampled set` (rotation, filler sweeps).")
+    cluster_unit: str = Field(description="`trial`, or `sampled set` (rotation, filler sweeps, probes).")
     answers: int = Field(description="Parsed answers fitted.")
     difficulty_adjusted: bool = Field(
         description="Question difficulty entered as a covariate (left out when the design balances it)."
