@@ -52,7 +52,8 @@ def readme_invocations(script: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize(
-    "script", ["store.py", "dispatch.py", "throughput.py", "coverage.py", "fuzz.py", "served.py"]
+    "script",
+    ["store.py", "dispatch.py", "throughput.py", "probe_cost.py", "coverage.py", "fuzz.py", "served.py"],
 )
 def test_every_flag_the_readme_shows_exists(script: str) -> None:
     invocations = readme_invocations(script)
@@ -112,6 +113,25 @@ def test_throughput_benchmark_prints_both_ratios(mmlu_dir: Path, tmp_path: Path)
     second, first = (float(x) for x in by_order.groups())
     assert float(balanced.group(1)) == pytest.approx((second * first) ** 0.5, abs=1e-3)
     assert re.search(rf"b/c \(trials/s\): {NUMBER}; \(tokens/s\): {NUMBER}", out), out
+
+
+@pytest.mark.vllm
+def test_probe_cost_benchmark_prints_its_ratios(mmlu_dir: Path, tmp_path: Path) -> None:
+    from support.tinymodels import tiny_model
+
+    model = tiny_model(architecture="llama")
+    out = run_benchmark(
+        "probe_cost.py",
+        *("--model", str(model), "--batch-size", "4", "--sets", "2", "--repeats", "1"),
+        mmlu_dir=mmlu_dir,
+        tmp_path=tmp_path,
+    )
+    # The same 2 sets: 2 prompts of 4 answers in the random design, 8 prompts of one answer in the probe.
+    for way, prompts in (("(r) random, one prompt a set", 2), ("(p) probe, prefix cache on", 8)):
+        assert re.search(rf"{re.escape(way)}\s+{NUMBER}\s+{prompts}\s+{NUMBER}\s+8$", out, re.M), out
+    for ratio in ("p/r", "p0/r"):
+        assert re.search(rf"{ratio} \(time for the same sets\): {NUMBER}", out), out
+    assert re.search(rf"p0/p \(what the prefix cache saves\): {NUMBER}", out), out
 
 
 def test_coverage_program_prints_a_rate_per_statistic(mmlu_dir: Path, tmp_path: Path) -> None:
