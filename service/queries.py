@@ -5,7 +5,7 @@ exports. A curve is read from the per-(job, batch size, position) totals `servic
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
@@ -159,11 +159,7 @@ def trial_data(
             job_id: spec for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
         }
         rotation = {job_id: spec.get("design") == "rotation" for job_id, spec in specs.items()}
-        # A set shown several times (a filler sweep, a probe of each position) is a cluster of its own.
-        sweep = {
-            job_id: len((spec.get("filler") or {}).get("tokens") or ()) > 1 or spec.get("design") == "probe"
-            for job_id, spec in specs.items()
-        }
+        set_cluster = {job_id: shows_sets_again(spec) for job_id, spec in specs.items()}
         trial_rows = session.execute(
             select(
                 Trial.id,
@@ -212,7 +208,7 @@ def trial_data(
             answer_order=row.answer_order,
             probe=row.probe_position,
             filler_tokens=row.filler_tokens,
-            set_cluster=sweep.get(row.job_id, False),
+            set_cluster=set_cluster.get(row.job_id, False),
         )
         for row in trial_rows
     ]
@@ -232,15 +228,23 @@ def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:
     return counts
 
 
+def shows_sets_again(spec: Mapping[str, Any]) -> bool:
+    """True when a job (its stored spec) shows each sampled set in several prompts: a rotation, a filler sweep
+    (each set at several lengths) or a probe (each set asked at every position). Its answers are then
+    clustered by set, not by trial."""
+    fillers = (spec.get("filler") or {}).get("tokens") or ()
+    return spec.get("design") in ("rotation", "probe") or len(fillers) > 1
+
+
 def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
-    """Each trial of `job_ids` mapped to its cluster's representative: itself, or under rotation (and in a
-    filler sweep) the first trial of its sampled set."""
+    """Each trial of `job_ids` mapped to its cluster's representative: itself, or, where the job shows each
+    sampled set in several prompts (`shows_sets_again`), the first trial of its set."""
     ids = sorted(set(job_ids))
     with db.read() as session:
         rotation = {
             job_id
             for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
-            if spec.get("design") == "rotation" or len((spec.get("filler") or {}).get("tokens") or ()) > 1
+            if shows_sets_again(spec)
         }
         rows = session.execute(
             select(Trial.id, Trial.job_id, Trial.variant, Trial.batch_size, Trial.iteration)

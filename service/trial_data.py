@@ -190,7 +190,8 @@ class TrialData:
         job_id: int = 0,
     ) -> TrialData:
         """From a worker's results (a `ShardResult`'s) and the trials they answer, without a store."""
-        sweep = len({t.filler_tokens for t in trials}) > 1 or any(t.probe is not None for t in trials)
+        # Each set shown several times (a filler sweep, a probe of each position): the set is a cluster.
+        set_cluster = len({t.filler_tokens for t in trials}) > 1 or any(t.probe is not None for t in trials)
         rows = [
             TrialRow(
                 t.index,
@@ -202,7 +203,7 @@ class TrialData:
                 answer_order=t.answer_order,
                 probe=t.probe,
                 filler_tokens=t.filler_tokens,
-                set_cluster=sweep,
+                set_cluster=set_cluster,
             )
             for t in trials
         ]

@@ -82,6 +82,8 @@ def test_every_design_runs_and_stores_what_its_prompts_asked(
             data = queries.trial_data(db, job_ids=[job_id], batch_size=4)
             assert (data.trials, data.clusters, data.cluster_unit) == (16, 4, "sampled set")
             assert sorted(data.answered.sum(axis=0)) == [4, 4, 4, 4]  # every position asked once a set
+            # The views that resample by cluster (options by position, curves by distance) see the same sets.
+            assert len(set(queries.clusters_of(db, job_ids=[job_id]).values())) == 4
 
 
 def test_curves_on_every_axis_and_the_views_for_a_sweep(
