@@ -72,7 +72,6 @@ def main() -> None:
     settings = Settings(mmlu_dir=Settings().mmlu_dir or REPO.parent / "shared" / "data" / "mmlu")
     print(f"probe cost, {date.today()}, {os.cpu_count()} CPUs, {load_average()}", flush=True)
 
-    ways: dict[str, tuple[JobSpec, Any]] = {}
     random_spec = spec_for(args.model, batch_size=args.batch_size, sets=args.sets, probe=False, cache=True)
     probe_spec = spec_for(args.model, batch_size=args.batch_size, sets=args.sets, probe=True, cache=True)
     no_cache = spec_for(args.model, batch_size=args.batch_size, sets=args.sets, probe=True, cache=False)
@@ -83,7 +82,11 @@ def main() -> None:
     assert {t.question_ids for t in plans["r"].trials} == {t.question_ids for t in plans["p"].trials}
     cached = start_raw_llm(random_spec, settings=settings)
     uncached = start_raw_llm(no_cache, settings=settings)
-    ways = {"r": (random_spec, cached), "p": (probe_spec, cached), "p0": (probe_spec, uncached)}
+    ways: dict[str, tuple[JobSpec, Any]] = {
+        "r": (random_spec, cached),
+        "p": (probe_spec, cached),
+        "p0": (probe_spec, uncached),
+    }
     labels = {
         "r": "(r) random, one prompt a set",
         "p": "(p) probe, prefix cache on",
