@@ -65,6 +65,24 @@ def test_every_readme_command_exists_with_its_flags(words: list[str]) -> None:
         )
 
 
+def test_the_quoted_schema_revision_is_the_newest_migration(tmp_path: Path) -> None:
+    """The README quotes what `posbias db upgrade` says of a fresh store: the line must be the command's own,
+    its revision the newest migration (a new migration makes this fail until the README says so)."""
+    from posbias.service import schema_version
+
+    quoted = re.findall(r"`(the store sqlite:///posbias\.db is\s+ready: [^`]*)`", README)
+    assert len(quoted) == 1, quoted
+    line = " ".join(quoted[0].split())
+    (revision,) = re.findall(r"newest \((\d{4})\)", line)
+    assert (
+        revision
+        == schema_version.head()
+        == max(path.name[:4] for path in (REPO / "migrations" / "versions").glob("[0-9]*.py"))
+    )
+    done = run_cli(["db", "upgrade"], env={"COLUMNS": "200"}, folder=tmp_path, drop_prefix="POSBIAS_")
+    assert done.code == 0 and line in " ".join(done.stdout.split()), done.stdout
+
+
 def readme_sql() -> list[str]:
     return [body for language, body in BLOCKS if language == "sql"]
 
