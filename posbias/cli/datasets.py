@@ -36,8 +36,13 @@ def datasets(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         )
         return
     table = Table(title="datasets (--dataset NAME)")
-    for column in ("name", "hub id", "split", "options", "questions", "read from"):
-        table.add_column(column, justify="right" if column in {"options", "questions"} else "left")
+    # A name is what a user types: never cut. The other columns wrap (a path or hub id folds) on a narrow
+    # terminal rather than losing their ends to an ellipsis.
+    longest = max(len(info.dataset.name) for info in found)
+    table.add_column("name", no_wrap=True, min_width=longest)
+    for column in ("hub id", "split", "options", "questions", "read from"):
+        justify = "right" if column in {"options", "questions"} else "left"
+        table.add_column(column, justify=justify, overflow="fold")
     for info in found:
         d = info.dataset
         hub = d.hub_id + (f" ({d.config})" if d.config else "")

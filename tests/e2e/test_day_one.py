@@ -67,6 +67,20 @@ def test_a_dataset_by_name_sets_the_options_and_the_chance_line(cli: Posbias, tm
     assert status["quick_look"] is None
 
 
+@pytest.mark.usefixtures("storeless")
+def test_datasets_on_an_80_column_terminal_shows_every_name_whole(cli: Posbias, mmlu_dir: Path) -> None:
+    """The names are what a user types after `--dataset`: never cut (`arc-challen…`), whatever the width;
+    MMLU read from the copy POSBIAS_MMLU_DIR names shows that copy, not the hub."""
+    names = [d["name"] for d in cli("datasets", "--json").json()]
+    shown = cli("datasets", COLUMNS="80").stdout
+    rows = [line.split("│")[1].strip() for line in shown.splitlines() if line.startswith("│")]
+    assert [name for name in rows if name] == names
+    assert max(len(line) for line in shown.splitlines()) <= 80
+    mmlu_row = next(line for line in shown.splitlines() if line.startswith("│ mmlu "))
+    assert "the hub" not in mmlu_row and "14,042" not in mmlu_row  # the copy's size, not the hub's
+    assert str(mmlu_dir)[:8] in mmlu_row
+
+
 def test_a_quick_look_is_a_job_of_its_own_left_out_of_the_model_s_curves(cli: Posbias) -> None:
     cli("db", "upgrade")
     full = cli("run", *FAKE, "--batch-sizes", "1,5", "--iterations", "12", "--json").json()
