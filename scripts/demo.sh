@@ -6,11 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 . .venv/bin/activate
 
-# MMLU comes from the Hugging Face hub (cais/mmlu) when it is reachable; otherwise from a local copy named
-# by POSBIAS_MMLU_DIR. Default to the copy beside this checkout when there is one.
-if [ -z "${POSBIAS_MMLU_DIR:-}" ] && [ -d ../shared/data/mmlu ]; then
-    export POSBIAS_MMLU_DIR="$(cd ../shared/data/mmlu && pwd)"
-fi
+# MMLU from the copy beside this checkout when nothing names one, saved in .env so that the commands you run
+# here after the demo read it too.
+scripts/demo_settings.sh
 
 posbias db upgrade
 posbias run --model demo --batch-sizes 1,5,10 --iterations 16 --answer-mode constrained \

@@ -6,11 +6,14 @@ served test (tests/support/vllmserve.py starts its server that way)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support.in_process import run_cli
 
 Posbias = Any  # the `cli` fixture (tests/e2e/conftest.py)
 
@@ -65,6 +68,44 @@ def test_a_dataset_by_name_sets_the_options_and_the_chance_line(cli: Posbias, tm
     assert [curve["chance"] for curve in ran["curves"]] == pytest.approx([0.2, 0.2])  # five options
     status = cli("status", str(ran["job_id"]), "--json").json()
     assert status["quick_look"] is None
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_leaves_its_mmlu_copy_to_the_next_command(tmp_path: Path, mmlu_dir: Path) -> None:
+    """After `scripts/demo.sh`, the README's next command in the same shell must find the MMLU copy the demo
+    used offline: the demo saves it in `.env` (keeping what the file held), and says so in one line."""
+    assert "scripts/demo_settings.sh" in (REPO / "scripts" / "demo.sh").read_text()
+    checkout = tmp_path / "posbias"
+    (checkout / "scripts").mkdir(parents=True)
+    script = checkout / "scripts" / "demo_settings.sh"
+    script.write_bytes((REPO / "scripts" / "demo_settings.sh").read_bytes())
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    (tmp_path / "shared" / "data" / "mmlu").symlink_to(mmlu_dir)
+    (checkout / ".env").write_text("# mine\nPOSBIAS_LEASE_SECONDS=60")  # no newline at its end
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("POSBIAS_")}
+
+    def demo_settings(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(script)], cwd=checkout, env=bare | env, capture_output=True, text=True, check=True
+        )
+
+    said = demo_settings()
+    copy = tmp_path / "shared" / "data" / "mmlu"
+    assert said.stderr == "" and len(said.stdout.splitlines()) == 1 and ".env" in said.stdout
+    assert (checkout / ".env").read_text() == f"# mine\nPOSBIAS_LEASE_SECONDS=60\nPOSBIAS_MMLU_DIR='{copy}'\n"
+    again = demo_settings()  # a second demo finds it there and leaves the file as it is
+    assert again.stdout == "" and (checkout / ".env").read_text().count("POSBIAS_MMLU_DIR") == 1
+
+    done = run_cli(["datasets", "--json"], env={"COLUMNS": "200"}, folder=checkout, drop_prefix="POSBIAS_")
+    assert done.code == 0 and done.stderr == "", done.stderr
+    (mmlu,) = [d for d in json.loads(done.stdout) if d["name"] == "mmlu"]
+    assert Path(mmlu["local_copy"]).resolve() == copy.resolve() and mmlu["problem"] is None
+
+    (checkout / ".env").unlink()
+    assert demo_settings(POSBIAS_MMLU_DIR=str(mmlu_dir)).stdout == ""  # the user's own choice stands
+    assert not (checkout / ".env").exists()
 
 
 @pytest.mark.usefixtures("storeless")
