@@ -44,10 +44,12 @@ class EngineOptions(Record):
 
     model_config = FINITE
 
-    name: EngineName = Field(
+    name: EngineName | str = Field(
         EngineName.vllm,
+        union_mode="left_to_right",
         description="`vllm` (GPU or CPU build), `openai` (an OpenAI-compatible endpoint), `hf` "
-        "(transformers, eager attention, teacher-forced, records attention) or `fake` (tests).",
+        "(transformers, eager attention, teacher-forced, records attention), `fake` (tests), or the name of "
+        "a plug-in engine (checked at submit against the engines the workers know).",
     )
     tensor_parallel_size: Int = Field(
         1, ge=1, le=64, description="GPUs one engine spans; the actor reserves this many GPUs."
@@ -155,6 +157,18 @@ class EngineOptions(Record):
         "false never asks; unset: when the endpoint returns them.",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: EngineName | str) -> EngineName | str:
+        # A built-in name is always the enum member; any other is a plug-in's, whose registration the
+        # service checks at submit (schemas cannot see the workers' registry).
+        if not isinstance(value, EngineName) and not _PLUGIN_NAME.fullmatch(value):
+            raise ValueError(
+                f"must be one of {', '.join(EngineName)} or a plug-in engine's name (lowercase letters, "
+                "digits, - and _)"
+            )
+        return value
+
     @field_validator("answer_sheet")
     @classmethod
     def _check_answer_sheet(
@@ -241,6 +255,7 @@ class EngineOptions(Record):
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLUGIN_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 OPENAI_FIELDS = (
     "base_url",
     "model",

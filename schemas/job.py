@@ -306,7 +306,7 @@ class JobSpec(Record):
         if self.engine.extra and self.engine.name in (EngineName.fake, EngineName.hf):
             raise PosbiasError(
                 f"invalid {source}: engine.extra: keyword arguments for vllm.LLM, which engine "
-                f"{self.engine.name.value} does not read; remove them, or set engine.name: vllm"
+                f"{self.engine.name} does not read; remove them, or set engine.name: vllm"
             )
         return self
 

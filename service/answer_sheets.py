@@ -13,16 +13,18 @@ from collections.abc import Mapping
 
 import sqlalchemy as sa
 
-from posbias.schemas import EngineName, JobSpec, Plan, PosbiasError, ShardSpec
+from posbias.schemas import JobSpec, Plan, PosbiasError, ShardSpec
 from posbias.schemas.attention import SheetFromJob
 from posbias.service.attention_explain import plan_keys, trial_keys
 from posbias.service.database import Database
+from posbias.workers.engines import declared
 
 
 def sheet_job(spec: JobSpec) -> int | None:
-    """The job an `hf` spec teacher-forces the answers of, when it names one."""
+    """The job a spec teacher-forces the answers of, when its engine reads answer sheets and it names one."""
     sheet = spec.engine.answer_sheet
-    return sheet.job if spec.engine.name is EngineName.hf and isinstance(sheet, SheetFromJob) else None
+    reads = declared(spec.engine.name).answer_sheets
+    return sheet.job if reads and isinstance(sheet, SheetFromJob) else None
 
 
 def check(db: Database, spec: JobSpec, plan: Plan) -> None:
@@ -54,7 +56,7 @@ def attach(db: Database, shards: Mapping[int, ShardSpec]) -> dict[int, ShardSpec
     found = dict(shards)
     for shard_id, shard in shards.items():
         sheet = shard.engine.answer_sheet
-        if shard.engine.name is not EngineName.hf or not isinstance(sheet, SheetFromJob):
+        if not isinstance(sheet, SheetFromJob) or not declared(shard.engine.name).answer_sheets:
             continue
         indices = sorted({t.index for t in shard.trials})
         variants = sorted({t.variant for t in shard.trials})

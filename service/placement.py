@@ -1,13 +1,14 @@
 """Where a model's actors can run: the Ray resources each reserves, and whether any node can ever hold one.
 
-Whether a vLLM engine needs GPUs follows from the engine build (`POSBIAS_DEVICE`; `auto` reads the vLLM
-installed here), never from what the cluster has free at the moment: a cluster that scales from zero has no
-GPU until an actor asks for one. A GPU model's actor reserves `tensor_parallel_size` GPUs on one node and is
-created at once, pending while no node can take it: a pending actor is the demand Ray's autoscaler scales up
-for (`service/pools.py` starts them). An actor that no node can ever hold (more GPUs than the largest node the
-cluster has or can add) fails its job at once; one that waits past the placement timeout is ended and its
-shards go back to the queue with the reason, each charged a wait: past `POSBIAS_PLACEMENT_WAITS` the job
-fails (`queue.wait_again`).
+What an actor holds is what its engine declares (`workers/engines/`, `DeviceUse`): nothing (e.g. an
+endpoint's HTTP client), or the engine device (e.g. vLLM, transformers). Whether that device is GPUs follows
+from the engine build (`POSBIAS_DEVICE`; `auto` reads the vLLM installed here), never from what the cluster
+has free at the moment: a cluster that scales from zero has no GPU until an actor asks for one. A GPU
+model's actor reserves `tensor_parallel_size` GPUs on one node and is created at once, pending while no node
+can take it: a pending actor is the demand Ray's autoscaler scales up for (`service/pools.py` starts them).
+An actor that no node can ever hold (more GPUs than the largest node the cluster has or can add) fails its
+job at once; one that waits past the placement timeout is ended and its shards go back to the queue with the
+reason, each charged a wait: past `POSBIAS_PLACEMENT_WAITS` the job fails (`queue.wait_again`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from importlib.metadata import PackageNotFoundError, version
 
 import ray
 
-from posbias.schemas import EngineName, PosbiasError, ShardSpec
+from posbias.schemas import PosbiasError, ShardSpec
 from posbias.service.settings import Settings
+from posbias.workers.engines import DeviceUse, declared
 
 
 class Device(StrEnum):
-    """Where vLLM engines run."""
+    """Where engines that hold the engine device (vLLM, transformers) run."""
 
     cpu = "cpu"
     gpu = "gpu"
@@ -111,17 +113,14 @@ class Placer:
         return self._device
 
     def placement(self, template: ShardSpec) -> Placement:
-        """Resources and actor count for a model: from its engine and the device, not from what is free."""
+        """Resources and actor count for a model: from what its engine declares it holds (`DeviceUse`) and
+        the device, not from what is free. Raises `PosbiasError` when no engine has the template's name."""
         engine = template.engine
         actors = self._actors_per_model or 1
-        if engine.name is EngineName.vllm:
-            device = self.device
-        elif engine.name is EngineName.fake and template.fake.as_gpu:
-            device = Device.gpu
-        else:
-            # The fake engine, or an endpoint's actor that only holds an HTTP client: no resources, so tests
-            # run many actors on few cores.
+        use = declared(engine.name).device(template)
+        if use is DeviceUse.none:
             return Placement(num_cpus=0, num_gpus=0, actors=actors, grows=False)
+        device = self.device if use is DeviceUse.device else Device.gpu
         if device is Device.cpu:
             # The CPU build: one engine already uses every core of its node.
             return Placement(num_cpus=1, num_gpus=0, actors=actors, grows=False)

@@ -32,10 +32,11 @@ from typing import Any
 
 import ray
 
-from posbias.schemas import LoadReport, RetryableError, ShardSpec, WorkerConfig, one_line
+from posbias.schemas import LoadReport, PosbiasError, RetryableError, ShardSpec, WorkerConfig, one_line
 from posbias.service.placement import Placement, Placer, fits_now
 from posbias.service.settings import Settings
 from posbias.workers.actor import ShardActor
+from posbias.workers.engines import declared
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,14 @@ class ModelPools:
         node can hold its actor, or its loader failed)."""
         if template.model_key in self._pools:
             return self._pools[template.model_key].error is None
-        placement = self.placer.placement(template)
+        try:
+            placement = self.placer.placement(template)
+        except PosbiasError as exc:  # no engine of that name here (a plug-in the submitter had)
+            unplaceable = Placement(num_cpus=0, num_gpus=0, actors=0, grows=False)
+            pool = Pool(model_key=template.model_key, template=template, placement=unplaceable)
+            pool.error = str(exc)
+            self._pools[template.model_key] = pool
+            return False
         pool = Pool(model_key=template.model_key, template=template, placement=placement)
         self._pools[template.model_key] = pool
         if placement.num_gpus:
@@ -208,9 +216,10 @@ class ModelPools:
             max_restarts=MAX_ACTOR_RESTARTS,
             max_task_retries=0,
         )
-        member = Member(
-            handle=remote.remote(pool.template, config=self._config), created=time.monotonic(), spare=spare
-        )
+        # The actor is handed the engine's declaration: one registered only in this process builds there too.
+        declaration = declared(pool.template.engine.name)
+        handle = remote.remote(pool.template, config=self._config, engine=declaration)
+        member = Member(handle=handle, created=time.monotonic(), spare=spare)
         pool.members.append(member)
         # Calls run in order: `pid` answers as soon as the actor is up on a node, before the load.
         pool.probes[member.handle.pid.remote()] = member

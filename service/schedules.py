@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 
 from posbias.schemas import (
     ConflictError,
-    EngineName,
     JobSpec,
     JobStatus,
     NotFoundError,
@@ -51,13 +50,14 @@ from posbias.service.database import Database, now_utc
 from posbias.service.datasets import check_pool, load_questions
 from posbias.service.settings import Settings
 from posbias.service.tables import Checkpoint, Job, Schedule
+from posbias.workers.engines import declared
 
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 FAKE_HOOK = "posbias-fake.json"
 """Test and demo hook of the fake engine: a checkpoint folder may carry this file, whose `fake` block and
 `seed` replace the template's, so that one fake "checkpoint" can behave worse than another. Only read when
-the template's engine is `fake`; a real engine never sees it."""
+the template's engine reads the `fake` block (its declaration's `reads_fake`); a real engine never sees it."""
 FAKE_HOOK_KEYS = frozenset({"fake", "seed"})
 MAX_KEY_LENGTH = 200  # jobs.idempotency_key
 
@@ -373,7 +373,7 @@ def checkpoint_spec(schedule: ScheduleRecord, *, model: str, revision: str | Non
     fake engine only, the checkpoint folder's `posbias-fake.json` applied (see `FAKE_HOOK`)."""
     spec = template_spec(schedule.template, model=model, revision=revision)
     hook = Path(model) / FAKE_HOOK
-    if spec.engine.name is not EngineName.fake or not isinstance(schedule.source, FolderSource):
+    if not declared(spec.engine.name).reads_fake or not isinstance(schedule.source, FolderSource):
         return spec
     if not hook.is_file():
         return spec

@@ -22,7 +22,6 @@ from posbias.schemas import (
     DryRun,
     EndpointReport,
     EngineContext,
-    EngineName,
     JobSpec,
     Plan,
     PosbiasError,
@@ -35,6 +34,7 @@ from posbias.service.datasets import check_pool, load_questions
 from posbias.service.model_names import check_model_name
 from posbias.service.settings import Settings
 from posbias.workers.engine import Tokenizer
+from posbias.workers.engines import declared
 from posbias.workers.filler import read_source as filler_source
 from posbias.workers.models import model_context_limit
 
@@ -91,17 +91,18 @@ def prepare(
     checkpoint of a schedule from one template, and reading MMLU is most of what a fake job's prepare costs
     (0.8 s of 0.85 s)."""
     check_size(spec, settings=settings)
-    if spec.engine.name in (EngineName.vllm, EngineName.hf):
+    declaration = declared(spec.engine.name)
+    if declaration.local_model:
         check_model_name(spec.model, revision=spec.revision)
         spec = with_variants(spec, settings=settings)
     spec = read_filler(spec)
     pool = _questions(spec, settings=settings, pools=pools)
     check_pool(spec, pool=pool)
     plan = planner.plan(spec, pool=pool, on_progress=on_progress)
-    if spec.engine.name is EngineName.openai:
+    if declaration.served:
         return _prepare_served(spec, pool=pool, plan=plan, check_cost=check_cost)
     tokenizer, how = _local_tokenizer(spec, settings=settings)
-    if spec.engine.name is not EngineName.vllm:
+    if not declaration.chooses_context:
         return Prepared(spec=spec, pool=pool, plan=plan, tokenizer=tokenizer, tokenizer_source=how)
     # A hub model's config alone is fetched when it is not here: the engine's context is never left to the
     # model's own (131,072 tokens for a 70B model a laptop submits, more than its KV cache holds).
@@ -360,7 +361,7 @@ def dry_run(
         source=prepared.pool.source,
         tokenizer=how,
         batch_sizes=tuple(estimates),
-        max_model_len=spec.engine.max_model_len if spec.engine.name is EngineName.vllm else None,
+        max_model_len=spec.engine.max_model_len if declared(spec.engine.name).chooses_context else None,
         model_context=prepared.context.model_limit if prepared.context else None,
         context=prepared.engine_context,
         endpoint=prepared.endpoint,
@@ -372,9 +373,11 @@ def dry_run(
 
 
 def _sliding_window(spec: JobSpec, *, settings: Settings) -> int | None:
-    """The model's sliding window when it is known here: the fake's, or from a config on this machine."""
-    if spec.engine.name is EngineName.fake:
-        return spec.fake.window
+    """The model's sliding window when it is known here: the one its spec sets (the fake engine's), or from
+    a config on this machine."""
+    own = declared(spec.engine.name).sliding_window
+    if own is not None:
+        return own(spec)
     from posbias.workers.models import local_model_info
 
     info = local_model_info(spec.model, revision=spec.revision, cache_dir=settings.cache_dir)
@@ -382,10 +385,9 @@ def _sliding_window(spec: JobSpec, *, settings: Settings) -> int | None:
 
 
 def _local_tokenizer(spec: JobSpec, *, settings: Settings) -> tuple[Tokenizer | None, str]:
-    if spec.engine.name is EngineName.fake:
-        from posbias.workers.fake_engine import FakeTokenizer
-
-        return FakeTokenizer(), "the fake engine's tokenizer"
+    engine = declared(spec.engine.name)
+    if engine.tokenizer is not None:
+        return engine.tokenizer(spec), f"the {spec.engine.name} engine's tokenizer"
     from posbias.workers.models import local_tokenizer
 
     try:

@@ -20,7 +20,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from posbias.schemas import (
-    EngineName,
     JobSpec,
     NotFoundError,
     ParseStatus,
@@ -35,6 +34,7 @@ from posbias.service.job_status import not_found
 from posbias.service.settings import Settings
 from posbias.service.shards import load_spec
 from posbias.workers.engine import Tokenizer
+from posbias.workers.engines import declared
 from posbias.workers.prompts import RenderedPrompt, RenderedQuestion, render_trial
 
 
@@ -183,18 +183,18 @@ def _questions(session: Session, ids: Sequence[str]) -> dict[str, Question]:
 
 
 def _tokenizer(spec: JobSpec, *, cache_dir: str | Path | None) -> Tokenizer | None:
-    """The tokenizer the worker rendered `spec`'s prompts with, when it is on this machine: the fake
-    engine's, the model's own (vLLM loads the same files), or the one a served job names. A served model's
-    server-side tokenizer is not reachable from the store, so its prompts are shown as text only."""
-    if spec.engine.name is EngineName.fake:
-        from posbias.workers.fake_engine import FakeTokenizer
-
-        return FakeTokenizer()
+    """The tokenizer the worker rendered `spec`'s prompts with, when it is on this machine: the engine's own
+    (the fake engine's), the model's own (vLLM loads the same files), or, for a model whose files are not the
+    workers' (a served one), the one its job names. A served model's server-side tokenizer is not reachable
+    from the store, so its prompts are shown as text only."""
+    engine = declared(spec.engine.name)
+    if engine.tokenizer is not None:
+        return engine.tokenizer(spec)
     from posbias.workers.models import local_tokenizer
 
-    if spec.engine.name is EngineName.openai and spec.tokenizer is None:
+    if not engine.local_model and spec.tokenizer is None:
         return None
-    name = spec.tokenizer if spec.engine.name is EngineName.openai and spec.tokenizer else spec.model
+    name = spec.model if engine.local_model or not spec.tokenizer else spec.tokenizer
     try:
         folder = cache_dir or Settings.model_fields["cache_dir"].get_default(call_default_factory=True)
         return local_tokenizer(name, tokenizer=spec.tokenizer, cache_dir=folder)

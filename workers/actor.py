@@ -21,6 +21,7 @@ from posbias.schemas import (
     one_line,
 )
 from posbias.workers.engine import CostGuardError, Engine
+from posbias.workers.engines import EngineDeclaration
 
 
 class ShardActor:
@@ -31,9 +32,14 @@ class ShardActor:
     after Ray restarts a crashed actor process.
     """
 
-    def __init__(self, template: ShardSpec, *, config: WorkerConfig) -> None:
+    def __init__(
+        self, template: ShardSpec, *, config: WorkerConfig, engine: EngineDeclaration | None = None
+    ) -> None:
+        """`engine`: the declaration that builds the template's engine (default: the one registered under
+        its name in this process; the dispatcher hands its own, so an engine registered there runs here)."""
         self._template = template
         self._config = config
+        self._declaration = engine
         self._engine: Engine | None = None
         self.loads = 0
 
@@ -43,7 +49,7 @@ class ShardActor:
 
         started = time.perf_counter()
         if self._engine is None:
-            self._engine = load_engine(self._template, config=self._config)
+            self._engine = load_engine(self._template, config=self._config, declaration=self._declaration)
             self.loads += 1
         return LoadReport(
             engine=self._engine.info,

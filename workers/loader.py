@@ -1,58 +1,30 @@
-"""Building the engine a job or a shard asks for: `load_engine`, the one place that knows every engine.
+"""Building the engine a job or a shard asks for: `load_engine` asks the engine's declaration
+(`workers/engines/`) to build it.
 
-It stands above the engines (`workers/vllm_engine.py`, `workers/openai_engine.py`, `workers/fake_engine.py`),
-which stand on the interface in `workers/engine.py`. Each engine is imported only when it is built: importing
-vLLM takes seconds that a worker running another engine need not spend.
+Each engine is imported only when it is built: importing vLLM takes seconds that a worker running another
+engine need not spend.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from posbias.schemas import EngineName, JobSpec, ShardResult, ShardSpec, WorkerConfig
+from posbias.schemas import JobSpec, ShardResult, ShardSpec, WorkerConfig
 from posbias.workers.engine import Engine
+from posbias.workers.engines import EngineDeclaration, declared
 
 
-def load_engine(spec: ShardSpec | JobSpec, *, config: WorkerConfig) -> Engine:
-    """The engine `spec` asks for: vLLM with the spec's model, options and variant (a job spec's first),
-    transformers (`hf`, the same), an OpenAI-compatible endpoint, or the fake engine.
+def load_engine(
+    spec: ShardSpec | JobSpec, *, config: WorkerConfig, declaration: EngineDeclaration | None = None
+) -> Engine:
+    """The engine `spec` asks for, with the spec's model, options and variant (a job spec's first), built by
+    `declaration` (default: the one registered under the spec's `engine.name`).
 
     A model that cannot be loaded raises `PosbiasError` whose message is the loader's error on one line
     (the dispatcher fails the job's shards with it).
     """
-    if spec.engine.name is EngineName.fake:
-        from posbias.workers.fake_engine import FakeEngine
-
-        # A shard's `fake` carries its variant's changes already; a job spec's first variant is what runs.
-        fake = spec.fake if isinstance(spec, ShardSpec) else spec.fake_for(spec.runs[0])
-        seed = fake.seed if fake.seed is not None else spec.seed
-        return FakeEngine(fake, seed=seed, model=spec.model)
-    if spec.engine.name is EngineName.openai:
-        from posbias.workers.openai_engine import OpenAIEngine
-
-        return OpenAIEngine(spec, config=config)
-    variant = spec.variant if isinstance(spec, ShardSpec) else spec.runs[0]
-    if spec.engine.name is EngineName.hf:
-        from posbias.workers.hf_engine import HfEngine
-
-        return HfEngine(
-            spec.model,
-            revision=spec.revision,
-            tokenizer=spec.tokenizer,
-            options=spec.engine,
-            variant=variant,
-            config=config,
-        )
-    from posbias.workers.vllm_engine import VllmEngine
-
-    return VllmEngine(
-        spec.model,
-        revision=spec.revision,
-        tokenizer=spec.tokenizer,
-        options=spec.engine,
-        variant=variant,
-        config=config,
-    )
+    declaration = declaration or declared(spec.engine.name)
+    return declaration.load(spec, config)
 
 
 class ShardRunners:
