@@ -63,6 +63,21 @@ def test_the_fake_engine_reserves_gpus_only_when_declared_a_gpu_model() -> None:
     assert (as_gpu.num_gpus, as_gpu.num_cpus, as_gpu.grows) == (2, 1, True)
 
 
+def test_a_transformers_model_holds_the_engine_device_as_a_vllm_model_does() -> None:
+    """On GPUs an `hf` actor that reserved none would see no GPU (Ray hides them) and run on the CPU."""
+    hf = _template(engine={"name": "hf", "tensor_parallel_size": 2})
+    on_gpus = Placer(device="gpu").placement(hf)
+    assert (on_gpus.num_gpus, on_gpus.num_cpus, on_gpus.grows) == (2, 1, True)
+    on_cpus = Placer(device="cpu").placement(hf)
+    assert (on_cpus.num_gpus, on_cpus.num_cpus) == (0, 1), "the CPU build's share: one engine a node"
+
+
+def test_an_endpoints_actor_holds_nothing_on_any_device() -> None:
+    served = _template(engine={"name": "openai", "base_url": "http://127.0.0.1:8000/v1"})
+    placement = Placer(device="gpu").placement(served)
+    assert (placement.num_gpus, placement.num_cpus, placement.grows) == (0, 0, False)
+
+
 def test_a_gguf_files_context_is_read_from_its_header() -> None:
     assert gguf_context_length(demo_model_path()) == 8192  # SmolLM2-135M
 
