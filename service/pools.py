@@ -51,6 +51,15 @@ CLOSE_SECONDS = 60.0
 """How long releasing a model waits for its actors to close their engines before ending them anyway."""
 
 
+def engine_template(shard: ShardSpec) -> ShardSpec:
+    """`shard` as an actor's constructor argument: what its engine is built from, without the shard's own
+    work (trials, questions, answer sheet), which come with each call. A whole shard can pass Ray's 100 KB
+    limit for inline arguments (a fake job's first shard at N = 50 pickles to 325 KB, this to 2.4 KB): the
+    arguments then go through the object store, where a restarted actor may no longer find them, and Ray's
+    core worker says so in a native error line on the driver's terminal."""
+    return shard.model_copy(update={"trials": (), "questions": {}, "answers": None})
+
+
 @dataclass
 class Member:
     """One actor of a pool."""
@@ -218,7 +227,7 @@ class ModelPools:
         )
         # The actor is handed the engine's declaration: one registered only in this process builds there too.
         declaration = declared(pool.template.engine.name)
-        handle = remote.remote(pool.template, config=self._config, engine=declaration)
+        handle = remote.remote(engine_template(pool.template), config=self._config, engine=declaration)
         member = Member(handle=handle, created=time.monotonic(), spare=spare)
         pool.members.append(member)
         # Calls run in order: `pid` answers as soon as the actor is up on a node, before the load.

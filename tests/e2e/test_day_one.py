@@ -146,6 +146,17 @@ def _points(curves: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.usefixtures("storeless")
+def test_run_prints_no_ray_line_on_stderr(posbias: Posbias) -> None:
+    """A process of its own, as the README's "No model at hand?" run, with its own local Ray: its stderr holds
+    the progress and nothing of Ray's (a first shard at N = 50 made Ray's core worker print an `E` line about
+    the actor's constructor arguments). `--verbose` would show Ray's notices."""
+    posbias("db", "upgrade")
+    done = posbias("run", "--engine", "fake", "--batch-sizes", "50", "--iterations", "20", "--json")
+    assert done.json()["status"] == "done"
+    assert [line for line in done.stderr.splitlines() if not line.startswith("running ")] == [], done.stderr
+
+
+@pytest.mark.usefixtures("storeless")
 def test_a_misspelled_model_path_is_refused_with_the_near_miss(cli: Posbias, tmp_path: Path) -> None:
     (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
     cli("db", "upgrade")

@@ -136,6 +136,9 @@ def test_the_from_python_example_runs_as_written(tmp_path: Path, mmlu_dir: Path)
     ):
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
+        # Nothing on a user's terminal but what the example prints: no native Ray line (its core worker's
+        # "constructor arguments in the object store", a shard of 10 questions a prompt), no library warning.
+        assert done.stderr == "", done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[1] == "done 40 trials"
     # The dry run counts the first SAMPLE_TRIALS prompts with the tokenizer and scales their mean to the job:
