@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from posbias.schemas import PosbiasError
 from posbias.service.database_url import check_sqlite_file, describe, normalise_url, sqlite_path
 from posbias.service.schema_version import check_schema
+from posbias.service.sqlite_files import SqliteFiles
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 IN_CHUNK = 1000
@@ -64,13 +65,19 @@ def _stored_json(text: str) -> Any:
 
 
 def create_db_engine(
-    url: str | URL, *, foreign_keys: bool = True, read_only: bool = False, create: bool = True
+    url: str | URL,
+    *,
+    foreign_keys: bool = True,
+    read_only: bool = False,
+    create: bool = True,
+    files: SqliteFiles | None = None,
 ) -> Engine:
     """An engine with posbias's connection settings. `foreign_keys=False` is for SQLite migrations, whose
     batch mode drops and recreates tables (with foreign keys on, dropping a table would cascade).
     `read_only`: every transaction is read-only (PostgreSQL `default_transaction_read_only`, SQLite
     `query_only`), for commands that only look. `create=False`: a SQLite file that does not exist is an
-    error, not a new empty file."""
+    error, not a new empty file. `files`: a SQLite store's files, checked before every transaction
+    (`service.sqlite_files`)."""
     parsed = normalise_url(url)
     if parsed.get_backend_name() == "postgresql":
         options = "-c default_transaction_read_only=on" if read_only else None
@@ -85,7 +92,8 @@ def create_db_engine(
         target = parsed.set(
             database=f"file:{quote(str(path.absolute()))}", query={"mode": "rw", "uri": "true"}
         )
-    engine = create_engine(target, json_deserializer=_stored_json)
+    connect_args = {} if files is None else {"factory": files.connection_factory()}
+    engine = create_engine(target, json_deserializer=_stored_json, connect_args=connect_args)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -113,6 +121,8 @@ def create_db_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
+        if files is not None:
+            files.check_before_transaction()
         write = connection.get_execution_options().get(_WRITE_OPTION, False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write and not read_only else "BEGIN")
 
@@ -126,8 +136,10 @@ def _sqrt(value: float | None) -> float | None:
 class Database:
     """An open store: an engine and its sessions. Use `connect` to get one that has been checked."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, files: SqliteFiles | None = None) -> None:
+        """`files`: a SQLite store's files, the engine's (`create_db_engine`)."""
         self.engine = engine
+        self.files = files
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False)
 
@@ -144,9 +156,15 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A session in one write transaction: committed on exit, rolled back on error. On SQLite it holds
-        the database's write lock from its first statement."""
-        with self._write() as session, session.begin():
-            yield session
+        the database's write lock from its first statement. A SQLite store's transaction counts only if its
+        file is still the one opened, before and after the commit (`StoreError` otherwise)."""
+        with self._write() as session:
+            with session.begin():
+                yield session
+                if self.files is not None:
+                    self.files.check_database()  # rolled back: nothing goes to a file that replaced it
+            if self.files is not None:
+                self.files.check_database()  # committed to a file deleted meanwhile: it does not count
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -174,12 +192,14 @@ def connect(url: str | URL, *, read_only: bool = False) -> Database:
     """
     parsed = normalise_url(url)
     path = sqlite_path(parsed)
+    files = None
     if path is not None:
         check_sqlite_file(path)
-    engine = create_db_engine(parsed, read_only=read_only, create=False)
+        files = SqliteFiles(path)
+    engine = create_db_engine(parsed, read_only=read_only, create=False, files=files)
     try:
         check_schema(engine)
     except BaseException:
         engine.dispose()
         raise
-    return Database(engine)
+    return Database(engine, files=files)

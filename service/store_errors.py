@@ -42,6 +42,9 @@ class Problem(StrEnum):
     """Tables missing or not posbias's."""
     refused = "refused"
     """A value or row the store will not take (too long, out of range, a constraint)."""
+    changed = "changed"
+    """A SQLite store's file or its shared-memory file was deleted, replaced, truncated or made unwritable
+    while open (`service.sqlite_files`): nothing more may be written through that handle."""
 
 
 DriverError = sqlite3.Error | psycopg.Error

@@ -267,9 +267,10 @@ class WriteBack:
             if ids:
                 queue.release(self.db, ids, owner=self.owner)
             owners.deregister(self.db, self.owner)
-        except STORE_ERRORS as exc:
+        except (*STORE_ERRORS, StoreError) as exc:
             # The caller reports why the store failed; these leases lapse on their own.
-            log.info("could not release %d shards: %s", len(ids), store_errors.explain(exc, url=self.db.url))
+            error = exc if isinstance(exc, StoreError) else store_errors.explain(exc, url=self.db.url)
+            log.info("could not release %d shards: %s", len(ids), error)
         self._owed.clear()
 
     # --- the store, and waiting it out ----------------------------------------------------------------

@@ -375,3 +375,116 @@ def test_the_local_ray_a_killed_dispatcher_started_does_not_outlive_it(
             timeout=30,
             what="the reaper to exit",
         )
+
+
+# --- a SQLite store's files changed under a worker ----------------------------------------------------------
+
+
+def _done_shards(path: Path) -> int:
+    """Shards done in the SQLite store at `path`, read through a connection of its own, closed at once."""
+    import sqlite3
+
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(connection.execute("SELECT count(*) FROM shards WHERE status = 'done'").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        connection.close()
+
+
+def _worker_meets(
+    sqlite_url: str, make_job: Callable[..., Submitted], tmp_path: Path, change: Callable[[Path], None]
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`posbias worker` on a fresh SQLite store whose files `change` alters once two shards are written:
+    what the worker printed and its exit status, and the job's id."""
+    path = Path(sqlite_url.removeprefix("sqlite:///"))
+    with database.connect(sqlite_url) as db:
+        job = make_job(db, **SLOW_JOB).job_id
+    address = "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
+    process = worker_process(sqlite_url, tmp_path, "--until-empty", ray_address=address, lease_seconds=5)
+    try:
+        wait_for(lambda: _done_shards(path) >= 2, timeout=120, what="the worker to write two shards")
+        change(path)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), job
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1, (done.returncode, done.stderr[-3000:])
+    assert len(lines) == 1 and all(word in lines[0] for word in words), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Fatal Python error" not in done.stderr, done.stderr[-3000:]
+    assert not done.stdout.strip(), done.stdout  # no summary: nothing counted as written
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_sqlite_store_deleted_or_replaced_under_a_worker_ends_it_with_one_line_and_nothing_in_the_new_file(
+    sqlite_url: str, make_job: Callable[..., Submitted], tmp_path: Path, how: str
+) -> None:
+    path = Path(sqlite_url.removeprefix("sqlite:///"))
+    backup = tmp_path / "backup.db"
+    shutil.copyfile(path, backup)  # the empty store, as a restore from a backup would put back
+
+    def change(path: Path) -> None:
+        for side in ("-wal", "-shm"):  # what a careful user moves along with the database file
+            Path(f"{path}{side}").unlink(missing_ok=True)
+        if how == "deleted":
+            path.unlink()
+        else:
+            os.replace(backup, path)
+
+    done, _ = _worker_meets(sqlite_url, make_job, tmp_path, change)
+    _one_error_line(done, "database file", how)
+    if how == "replaced":
+        import sqlite3
+
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = connection.execute("SELECT status, lease_owner FROM shards").fetchall()
+            results = connection.execute("SELECT count(*) FROM results").fetchone()[0]
+        finally:
+            connection.close()
+        assert rows == [] and results == 0, "the worker wrote to the file that replaced its store"
+
+
+def _immutable(file: Path, on: bool) -> bool:
+    done = subprocess.run(["chattr", "+i" if on else "-i", str(file)], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize("how", ["truncated", "immutable"])
+def test_a_sqlite_store_whose_shared_memory_file_breaks_under_a_worker_ends_it_with_one_line_not_a_crash(
+    sqlite_url: str, make_job: Callable[..., Submitted], tmp_path: Path, how: str
+) -> None:
+    if how == "immutable" and (shutil.which("chattr") is None or not _immutable(tmp_path, False)):
+        pytest.skip("needs chattr on this file system (and root) to make a file unwritable for root")
+    changed: list[Path] = []
+
+    def change(path: Path) -> None:
+        shm = Path(f"{path}-shm")
+        if how == "truncated":
+            os.truncate(shm, 0)
+        elif _immutable(shm, True):
+            changed.append(shm)
+        else:
+            pytest.skip("chattr +i is not supported on this file system")
+
+    try:
+        done, job = _worker_meets(sqlite_url, make_job, tmp_path, change)
+    finally:
+        for shm in changed:
+            _immutable(shm, False)
+    assert done.returncode != -signal.SIGBUS, "the worker died of SIGBUS in SQLite"
+    _one_error_line(done, "shared-memory file", "truncated" if how == "truncated" else "writable")
+    # Nothing stored is lost: once the file is fixed, the job resumes and ends exactly once.
+    address = "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
+    again = worker_process(sqlite_url, tmp_path, "--until-empty", ray_address=address, lease_seconds=5)
+    _, stderr = again.communicate(timeout=240)
+    assert again.returncode == 0, stderr[-3000:]
+    with database.connect(sqlite_url) as db:
+        assert_done_exactly_once(db, job)
