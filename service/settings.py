@@ -7,9 +7,10 @@ import os
 import stat
 from pathlib import Path
 from typing import Any, Literal, Self
+from urllib.parse import urlsplit
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -160,7 +161,10 @@ class Settings(BaseSettings):
         description="How long a GPU engine waits for the memory a previous engine held before it loads.",
     )
     webhook_url: str | None = Field(
-        None, max_length=4096, description="URL to POST a schedule's regression verdicts to."
+        None,
+        max_length=4096,
+        description="http(s) URL to POST a schedule's regression verdicts to; a `user:password@` in it is "
+        "sent as basic authentication. Redirects are not followed.",
     )
     debug: bool = Field(False, description="Show tracebacks.")
     verbose: bool = Field(
@@ -168,6 +172,15 @@ class Settings(BaseSettings):
         description="Show Ray's notices and its workers' logs on the terminal (otherwise they stay in Ray's "
         "log folder, /tmp/ray/session_latest/logs for a local Ray).",
     )
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _check_webhook_url(cls, value: str | None) -> str | None:
+        # Here, when it is set, not when the first verdict is posted weeks later.
+        if not value:
+            return None
+        check_webhook_url(value)
+        return value
 
     @model_validator(mode="after")
     def _check_heartbeat(self) -> Self:
@@ -214,6 +227,23 @@ class Settings(BaseSettings):
             cpu_threads=self.cpu_threads,
             gpu_memory_wait_seconds=self.gpu_memory_wait_seconds,
         )
+
+
+def check_webhook_url(url: str) -> None:
+    """Raise `ValueError` (a message that never quotes the URL: it may hold a token) unless `url` is one
+    posbias posts to: http or https, a host, a port in range, no whitespace or control character."""
+    if any(char.isspace() or ord(char) < 0x20 or char == "\x7f" for char in url):
+        raise ValueError("holds whitespace or a control character; write it on one line, percent-encoded")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError when out of range)
+    except ValueError:
+        raise ValueError("is not a URL (a bad IPv6 address or port); write http(s)://host/path") from None
+    if parts.scheme not in {"http", "https"}:
+        shown = f"a {parts.scheme[:20]}: URL" if parts.scheme else "no URL"
+        raise ValueError(f"must be an http:// or https:// URL (got {shown})")
+    if not parts.hostname:
+        raise ValueError("names no host; write http(s)://host/path")
 
 
 def load_settings(**overrides: Any) -> Settings:

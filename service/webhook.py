@@ -1,25 +1,29 @@
 """The webhook: posting final verdicts to `POSBIAS_WEBHOOK_URL`, each once, whichever tick gets there first.
 
 A verdict waits in its checkpoint row (`announcement` = `due`) until a tick claims and posts it; a failed post
-is retried at later ticks, a bounded number of times, and never fails a tick.
+is retried at later ticks, a bounded number of times, and never fails a tick. Only a 2xx answer posts it: a
+redirect is not followed (it would turn the POST into a GET to wherever the receiver says, and carry the
+credentials there), so a 3xx is a failed post. Credentials in the URL (`user:password@`) go as basic
+authentication, never as part of the host name.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sqlalchemy import select, update
 
 from posbias.schemas import one_line
 from posbias.schemas.schedule import Announcement, VerdictDetail
 from posbias.service.database import Database
-from posbias.service.settings import Settings
+from posbias.service.settings import Settings, check_webhook_url
 from posbias.service.tables import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -95,18 +99,33 @@ def webhook_payload(detail: VerdictDetail) -> dict[str, Any]:
 
 
 def post_json(url: str, payload: dict[str, Any], *, timeout: float) -> None:
-    """POST `payload` as JSON; raises `OSError` (`urllib.error.URLError`, timeouts) on failure or a non-2xx
-    answer, `ValueError` for a URL that is not http(s)."""
-    if urlsplit(url).scheme not in {"http", "https"}:
-        raise ValueError("POSBIAS_WEBHOOK_URL must be an http:// or https:// URL")
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json", "User-Agent": "posbias"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        response.read(65536)
+    """POST `payload` as JSON; raises `OSError` (`urllib.error.URLError`, timeouts) on failure or an answer
+    that is not 2xx (a redirect included), `ValueError` for a URL posbias does not post to (`Settings`
+    refuses it already; this is for settings copied without validation)."""
+    check_webhook_url(url)
+    parts = urlsplit(url)
+    headers = {"Content-Type": "application/json", "User-Agent": "posbias"}
+    if parts.username is not None or parts.password is not None:
+        login = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(login.encode()).decode("ascii")
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers, method="POST")
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            response.read(65536)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # the answer's connection: the caller needs only the status
+        raise
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: urllib then raises the 3xx as an `HTTPError`."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def _host(url: str) -> str:
@@ -117,6 +136,8 @@ def _host(url: str) -> str:
 def _http_problem(exc: BaseException) -> str:
     # The status or the reason, never the URL: chat webhooks carry their token in it.
     if isinstance(exc, urllib.error.HTTPError):
+        if 300 <= exc.code < 400:
+            return f"HTTP {exc.code}, a redirect, not followed: set POSBIAS_WEBHOOK_URL to where it points"
         return f"HTTP {exc.code}"
     if isinstance(exc, urllib.error.URLError):
         return f"{exc.reason}"
