@@ -55,6 +55,7 @@ from posbias.schemas import (
     Variant,
 )
 from posbias.schemas.explanation import Explanation
+from posbias.schemas.ids import looks_like_id, parse_id
 from posbias.service import curves as curve_reports
 from posbias.service import database, database_url, queries
 from posbias.service import jobs as job_store
@@ -356,9 +357,9 @@ def _query(
     if isinstance(target, int):
         return CurveQuery(job_id=edge.job_id(target), batch_size=batch_size, variant=variant)
     job, colon, named = target.partition(":")
-    if job.isascii() and job.isdecimal():
+    if looks_like_id(job):  # a full-width 2 is refused as a job id, not read as job 2 or taken for a model
         return CurveQuery(
-            job_id=edge.job_id(int(job)), batch_size=batch_size, variant=(named if colon else variant) or None
+            job_id=parse_id(job), batch_size=batch_size, variant=(named if colon else variant) or None
         )
     return CurveQuery(model=target, revision=revision, batch_size=batch_size, variant=variant)
 

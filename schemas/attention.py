@@ -17,6 +17,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from posbias.schemas.bounds import JobId
 from posbias.schemas.record import Record
 
 
@@ -46,7 +47,7 @@ class SheetFromJob(Record):
     """`engine.answer_sheet: {job: N}`: teacher-force the answers job N (a done job of the same trials, e.g.
     on vLLM) gave, so that attention pairs with what the model actually answered."""
 
-    job: int = Field(ge=1, description="The job whose answers are teacher-forced.")
+    job: JobId = Field(description="The job whose answers are teacher-forced.")
 
 
 class AttentionRow(Record):

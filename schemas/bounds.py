@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict
+from pydantic import BeforeValidator, ConfigDict, Field
 
+from posbias.schemas.errors import UsageError
+from posbias.schemas.ids import parse_id
 from posbias.schemas.limits import INT32_MAX as INT32_MAX
 from posbias.schemas.limits import INT64_MAX as INT64_MAX
 from posbias.schemas.limits import MAX_BATCH_SIZE as MAX_BATCH_SIZE
@@ -35,6 +37,22 @@ def _not_bool(value: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(_not_bool)]
 """An integer that is not a boolean."""
+
+
+def _job_id(value: Any) -> Any:
+    # Text is read as the command reads a job id (`schemas.ids`): `1_0`, ` 2` or a full-width 2 is no id.
+    if isinstance(value, str):
+        try:
+            return parse_id(value)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("expected a job id, a whole number written in the digits 0-9")
+    return value
+
+
+JobId = Annotated[int, BeforeValidator(_job_id), Field(ge=1, le=INT64_MAX)]
+"""A job id in a spec: a whole number from 1 to the stores' largest, or its ASCII digits."""
 FINITE = ConfigDict(allow_inf_nan=False)
 """Numbers in a spec are finite: `inf` or `nan` is refused where it is given, not met by the engine."""
 

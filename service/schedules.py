@@ -28,7 +28,8 @@ from posbias.schemas import (
     UsageError,
     one_line,
 )
-from posbias.schemas.bounds import INT64_MAX, check_shape
+from posbias.schemas.bounds import check_shape
+from posbias.schemas.ids import looks_like_id, parse_id
 from posbias.schemas.schedule import (
     Announcement,
     BaselineKind,
@@ -182,8 +183,8 @@ def parse_baseline(text: str) -> tuple[BaselineKind, int | None]:
     value = text.strip().lower()
     if value in {BaselineKind.first.value, BaselineKind.previous.value}:
         return BaselineKind(value), None
-    if value.isascii() and value.isdecimal() and 0 < int(value) <= INT64_MAX:
-        return BaselineKind.job, int(value)
+    if looks_like_id(value):
+        return BaselineKind.job, parse_id(value, what="baseline job id")
     raise PosbiasError(f"the baseline must be `first`, `previous` or a job id (got {text!r})")
 
 

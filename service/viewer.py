@@ -26,7 +26,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from sqlalchemy import URL
 
-from posbias.schemas import NotFoundError, PosbiasError, one_line
+from posbias.schemas import NotFoundError, PosbiasError, UsageError, one_line
+from posbias.schemas.ids import parse_id
 from posbias.service import jobs as job_store
 from posbias.service import report, report_data, report_page
 from posbias.service.database import Database, create_db_engine
@@ -34,8 +35,9 @@ from posbias.service.database_url import check_sqlite_file, normalise_url, sqlit
 from posbias.service.schema_version import check_schema
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
-_JOB = re.compile(r"/job/(\d{1,18})/?")
-_TRIAL = re.compile(r"/api/trial/(\d{1,18})/(\d{1,18})/?")
+# Any segment: the ids in it are read by `parse_id` (ASCII digits only; `\d` would pass a full-width 2).
+_JOB = re.compile(r"/job/([^/]+)/?")
+_TRIAL = re.compile(r"/api/trial/([^/]+)/([^/]+)/?")
 
 
 def open_read_only(url: str | URL) -> Database:
@@ -156,14 +158,15 @@ class Viewer:
             if path in {"/", "/index.html"}:
                 return HTTPStatus.OK, html_type, self.list_page().encode()
             if match := _JOB.fullmatch(path):
-                return HTTPStatus.OK, html_type, self.report_page([int(match[1])]).encode()
+                return HTTPStatus.OK, html_type, self.report_page([parse_id(match[1])]).encode()
             if path in {"/compare", "/compare/"}:
                 ids = [_job_id(query, "a"), _job_id(query, "b")]
                 return HTTPStatus.OK, html_type, self.report_page(ids).encode()
             if path == "/api/jobs":
                 return HTTPStatus.OK, json_type, _json(report_data.job_list(self.db))
             if match := _TRIAL.fullmatch(path):
-                page = report.trial_page(self.db, int(match[1]), int(match[2]), cache_dir=self.cache_dir)
+                job_id, trial_id = parse_id(match[1]), parse_id(match[2], what="trial id")
+                page = report.trial_page(self.db, job_id, trial_id, cache_dir=self.cache_dir)
                 return HTTPStatus.OK, json_type, _json(page)
         except NotFoundError as exc:
             return _error(HTTPStatus.NOT_FOUND, str(exc), path)
@@ -176,9 +179,10 @@ class Viewer:
 
 def _job_id(query: dict[str, list[str]], name: str) -> int:
     value = (query.get(name) or [""])[0]
-    if not value.isdigit() or len(value) > 18:
-        raise PosbiasError(f"/compare needs two job ids, e.g. /compare?a=1&b=2 (got {name}={value[:20]!r})")
-    return int(value)
+    try:
+        return parse_id(value)
+    except UsageError as exc:
+        raise UsageError(f"/compare needs two job ids, e.g. /compare?a=1&b=2: {name}: {exc}") from None
 
 
 def _json(data: Any) -> bytes:

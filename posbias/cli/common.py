@@ -4,14 +4,16 @@ output, and how numbers are written. Usage errors are in `errors.py`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 import posbias
-from posbias.schemas.limits import INT64_MAX, MAX_BATCH_SIZE
+from posbias.schemas.errors import UsageError
+from posbias.schemas.ids import parse_id
+from posbias.schemas.limits import MAX_BATCH_SIZE
 
 if TYPE_CHECKING:
     from posbias.schemas import LayerConfig
@@ -23,9 +25,21 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
-ID_MAX = INT64_MAX
-"""Ids are 64-bit in both stores: a larger one is a usage error, not a driver's overflow."""
-JobArg = Annotated[int, typer.Argument(help="Job id.", min=1, max=ID_MAX)]
+
+def id_parser(what: str) -> Callable[[str], int]:
+    """The `parser` of an id flag or argument: `schemas.ids.parse_id` (ASCII digits only, where typer's `int`
+    reads a full-width 2 as 2 and `1_0` as 10), its refusal a usage error (exit 2) naming `what`."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_id(text, what=what)
+        except UsageError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return parse
+
+
+JobArg = Annotated[int, typer.Argument(help="Job id.", parser=id_parser("job id"))]
 BatchSizeOpt = Annotated[
     int | None, typer.Option(help="One batch size (default: every one).", min=1, max=MAX_BATCH_SIZE)
 ]

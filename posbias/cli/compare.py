@@ -8,8 +8,8 @@ import typer
 from rich.table import Table
 
 import posbias
-from posbias.cli.common import ID_MAX, JsonOpt, err, out, pct, pp, print_json, settings_of
-from posbias.cli.errors import BadUsage
+from posbias.cli.common import JsonOpt, err, out, pct, pp, print_json, settings_of
+from posbias.schemas.ids import looks_like_id, parse_id
 from posbias.schemas.limits import MAX_BATCH_SIZE
 
 if TYPE_CHECKING:
@@ -23,11 +23,9 @@ def register(app: typer.Typer) -> None:
 
 def _operand(text: str) -> int | str:
     """A `compare` operand: a job id, a job and one of its variants (`3:global-only`), or a model name."""
-    # isdecimal and isascii: `³` and `٣` pass isdigit() but are not job ids.
-    if text.isascii() and text.isdecimal():
-        if not 1 <= int(text) <= ID_MAX:
-            raise BadUsage(f"job id {text[:30]} is out of range (1 to {ID_MAX})")
-        return int(text)
+    # Digits of any script are meant as a job id: a full-width 2 is refused there, not taken for a model.
+    if looks_like_id(text):
+        return parse_id(text, what="job id")
     return text
 
 

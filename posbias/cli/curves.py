@@ -13,8 +13,8 @@ from rich.table import Table
 
 import posbias
 from posbias.cli.common import (
-    ID_MAX,
     BatchSizeOpt,
+    id_parser,
     num,
     out,
     pct,
@@ -43,7 +43,8 @@ def curve(
     revision: RevisionOpt = None,
     batch_size: BatchSizeOpt = None,
     job: Annotated[
-        int | None, typer.Option(help="One job (default: every job of the model).", min=1, max=ID_MAX)
+        int | None,
+        typer.Option(help="One job (default: every job of the model).", parser=id_parser("job id")),
     ] = None,
     variant: Annotated[
         str | None,

@@ -10,7 +10,7 @@ from rich.table import Table
 
 import posbias
 from posbias.cli.attention_view import print_attention_explanations
-from posbias.cli.common import ID_MAX, BatchSizeOpt, JsonOpt, out, pp, print_json, settings_of
+from posbias.cli.common import BatchSizeOpt, JsonOpt, id_parser, out, pp, print_json, settings_of
 from posbias.cli.options import print_options
 from posbias.schemas.choices import BASELINE
 
@@ -31,8 +31,7 @@ def explain(
         typer.Argument(
             help="Job id(s): several jobs of one model are pooled (e.g. a forward and a reverse-order job).",
             show_default=False,
-            min=1,
-            max=ID_MAX,
+            parser=id_parser("job id"),
         ),
     ],
     batch_size: BatchSizeOpt = None,

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 import posbias
-from posbias.cli.common import ID_MAX, JobArg, JsonOpt, describe_variant, out, print_json, settings_of
+from posbias.cli.common import JobArg, JsonOpt, describe_variant, id_parser, out, print_json, settings_of
 from posbias.schemas.choices import BASELINE
 
 if TYPE_CHECKING:
@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
 def status(
     ctx: typer.Context,
     job: Annotated[
-        int | None, typer.Argument(help="A job id: show its shards.", show_default=False, min=1, max=ID_MAX)
+        int | None,
+        typer.Argument(help="A job id: show its shards.", show_default=False, parser=id_parser("job id")),
     ] = None,
     limit: Annotated[int, typer.Option(help="Jobs to list, newest first.", min=1, max=1_000_000)] = 50,
     as_json: JsonOpt = False,

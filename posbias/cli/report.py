@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 import posbias
-from posbias.cli.common import ID_MAX, err, out, settings_of
+from posbias.cli.common import err, id_parser, out, settings_of
 from posbias.cli.errors import BadUsage
 
 
@@ -24,7 +24,9 @@ def report(
     ctx: typer.Context,
     jobs: Annotated[
         list[int],
-        typer.Argument(help="Job ids; two are also compared.", min=1, max=ID_MAX, show_default=False),
+        typer.Argument(
+            help="Job ids; two are also compared.", parser=id_parser("job id"), show_default=False
+        ),
     ],
     output: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")],
     force: Annotated[bool, typer.Option("--force", help="Replace --out if it is an existing file.")] = False,

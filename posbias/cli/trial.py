@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 import posbias
-from posbias.cli.common import ID_MAX, JobArg, out, print_json, settings_of
+from posbias.cli.common import JobArg, id_parser, out, print_json, settings_of
 from posbias.cli.errors import BadUsage
 from posbias.schemas.limits import MAX_BATCH_SIZE
 
@@ -25,7 +25,8 @@ def trial(
     ctx: typer.Context,
     job: JobArg,
     trial_id: Annotated[
-        int, typer.Argument(metavar="TRIAL", help="Trial id (trial_id in exports).", min=1, max=ID_MAX)
+        int,
+        typer.Argument(metavar="TRIAL", help="Trial id (trial_id in exports).", parser=id_parser("trial id")),
     ],
     position: Annotated[
         int | None,
