@@ -41,8 +41,8 @@ def datasets(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     longest = max(len(info.dataset.name) for info in found)
     table.add_column("name", no_wrap=True, min_width=longest)
     for column in ("hub id", "split", "options", "questions", "read from"):
-        justify = "right" if column in {"options", "questions"} else "left"
-        table.add_column(column, justify=justify, overflow="fold")
+        right = column in {"options", "questions"}
+        table.add_column(column, justify="right" if right else "left", overflow="fold")
     for info in found:
         d = info.dataset
         hub = d.hub_id + (f" ({d.config})" if d.config else "")
