@@ -132,6 +132,9 @@ class SqliteFiles:
         """The `factory` for `sqlite3.connect`: connections counted while open (the wal-index is mapped only
         then), and kept open once the files have failed a check (`close_safely`)."""
         files = self
+        # Bound now: a connection freed as the interpreter ends may find the module's globals gone.
+        keep = ctypes.pythonapi.Py_IncRef
+        as_object = ctypes.py_object
 
         class Connection(sqlite3.Connection):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -141,25 +144,33 @@ class SqliteFiles:
                     files._connections += 1
 
             def __del__(self) -> None:
-                # Freed without `close` (a pool dropped it, the interpreter is ending): the same choice.
-                self.close()
+                # Freed without `close` (the interpreter ending with the store open): SQLite's close runs
+                # next, unless a check has found it unsafe; then the object is kept, never freed.
+                if getattr(self, "_posbias_open", False):
+                    if files.unsafe_to_close:
+                        keep(as_object(self))
+                    else:
+                        files._forget_connection()
 
             def close(self) -> None:
                 if not getattr(self, "_posbias_open", False):
                     return
                 if not files.close_safely():
                     # Never closed nor freed: the process ends with it open, as a crash would leave it.
-                    ctypes.pythonapi.Py_IncRef(ctypes.py_object(self))
+                    keep(as_object(self))
                     return
                 self._posbias_open = False
-                with files._lock:
-                    files._connections -= 1
-                    if not files._connections:
-                        files._mapped = None  # SQLite unmaps it with the last connection
-                        files._mapped_writable = False
+                files._forget_connection()
                 super().close()
 
         return Connection
+
+    def _forget_connection(self) -> None:
+        with self._lock:
+            self._connections -= 1
+            if not self._connections:
+                self._mapped = None  # SQLite unmaps it with the last connection
+                self._mapped_writable = False
 
     def _fail(self, message: str) -> None:
         self.failure = StoreError(message, problem=Problem.changed)
