@@ -13,3 +13,4 @@ scripts/demo_settings.sh
 posbias db upgrade
 posbias run --model demo --batch-sizes 1,5,10 --iterations 16 --answer-mode constrained \
     --plot demo-curve.png "$@"
+echo "demo: done; \`. .venv/bin/activate\` puts posbias on this shell's PATH for the README's next commands"
