@@ -712,6 +712,8 @@ def submit_size(rng: random.Random, context: Context) -> Case:
 
 
 BAD_IDS = [str(2**63), str(2**64), str(10**30), "-1", "0", "abc", "1.5", "\u00b3", "1e3", ""]
+# Ids Python's `int` reads (a full-width 2, an Arabic-Indic 3, `1_0`, ` 1`, `+1`): ASCII digits only.
+BAD_IDS += ["\uff12", "\u0663", "1_0", " 1", "+1"]
 
 
 @template
@@ -734,12 +736,13 @@ def job_id(rng: random.Random, context: Context) -> Case:
         call = ("export_results", (value,), {"out": "x.csv"})
         return Case("job_id", ("export", bad, "--out", "x.csv"), api=call, same_text=not flags)
     if choice == 4:
-        pair = [rng.choice(["\u00b3", "99999999999999999999", "0", "nobody", "999"]) for _ in range(2)]
+        operands = ["\u00b3", "\uff12", "99999999999999999999", "0", "nobody", "999"]
+        pair = [rng.choice(operands) for _ in range(2)]
         return Case("job_id", ("compare", *pair))
     if choice == 5:
         flag, values = rng.choice(
             [
-                ("--job", ["0", str(2**64), "999", "x"]),
+                ("--job", ["0", str(2**64), "999", "x", "\uff12", "1_0"]),
                 ("--batch-size", ["0", "201", "-3"]),
                 ("--bin-width", ["0", "-1"]),
                 ("--model", ["nobody", "\u00b3"]),
@@ -877,7 +880,7 @@ BAD_SETTINGS: list[tuple[str, list[str]]] = [
     ("POSBIAS_ACTORS_PER_MODEL", ["0", str(2**40)]),
     ("POSBIAS_WORKER_ID", ["", "w" * 201]),
     ("POSBIAS_DEBUG", ["maybe", "2"]),
-    ("POSBIAS_WEBHOOK_URL", ["x" * 5000]),
+    ("POSBIAS_WEBHOOK_URL", ["x" * 5000, "ftp://example.com/hook", "file:///etc/passwd", "http:///hook"]),
     ("POSBIAS_RAY_ADDRESS", [""]),
 ]
 
