@@ -1,6 +1,6 @@
 """GPU models on Ray's own autoscaling-cluster simulator, with the real dispatcher (`posbias worker`) and
 the fake engine declared as a GPU model (`fake.as_gpu`: its actor reserves `tensor_parallel_size` GPUs, as a
-vLLM engine's does).
+vLLM engine's does), and one transformers (`hf`) job on a tiny model, whose actor holds the GPU device.
 
 The cluster is what `ray.cluster_utils.AutoscalingCluster` starts: a head with Ray's fake multi-node node
 provider and the real autoscaler (its monitor), plus one worker node type `gpu` with 1 CPU and 1 GPU,
@@ -31,6 +31,7 @@ from ray.cluster_utils import AutoscalingCluster
 from support.job_runs import summary_of
 from support.ports import free_port
 from support.results import result_rows
+from support.tinymodels import tiny_model
 
 from posbias.schemas import Submitted
 from posbias.service import database, jobs, migrate
@@ -338,3 +339,43 @@ def test_a_model_released_for_another_closes_its_engine_before_the_other_loads(
     ), seen
     assert seen[0][2] == seen[1][2], "closed by the actor that loaded it"
     assert seen[2][3] == "gpus=0", "the other model ran on the GPU"
+
+
+def _actor_node_gpus(cluster: Cluster, *, since_ms: int) -> list[float]:
+    """GPUs of the node each engine actor started since `since_ms` (Unix milliseconds) was placed on, read
+    from Ray's GCS by a driver of its own (this process may hold a Ray of its own already)."""
+    script = (
+        "import json, ray\n"
+        f"ray.init(address={cluster.gcs!r}, logging_level='ERROR', log_to_driver=False)\n"
+        "gpus = {n['NodeID']: n.get('Resources', {}).get('GPU', 0) for n in ray.nodes()}\n"
+        "actors = ray._private.state.actors().values()\n"
+        "print(json.dumps([gpus.get(a['Address']['NodeID'], -1) for a in actors\n"
+        f"    if a['ActorClassName'].endswith('ShardActor') and a['StartTime'] >= {since_ms}]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    found = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True, env=env
+    )
+    gpus: list[float] = json.loads(found.stdout.strip().splitlines()[-1])
+    return gpus
+
+
+def test_a_transformers_job_on_a_gpu_device_reserves_its_gpu_and_runs_on_the_node_added_for_it(
+    cluster: Cluster, make_job: MakeJob
+) -> None:
+    """An `hf` actor holds the engine device as a vLLM one does. It used to reserve nothing: on a GPU
+    cluster it ran on any node, Ray hid the GPUs from it, and transformers ran on the CPU."""
+    model = str(tiny_model(architecture="llama"))
+    job = make_job(
+        cluster.db, model=model, engine={"name": "hf"}, batch_sizes=(2,), iterations=2, shard_size=2
+    ).job_id
+    started_ms = int(time.time() * 1000)
+
+    summary = summary_of(cluster.worker("--until-empty", POSBIAS_DEVICE="gpu"))
+
+    assert jobs.get(cluster.db, job).status is JobStatus.done, jobs.get(cluster.db, job).error
+    assert summary["shards_failed"] == 0
+    rows, distinct = result_rows(cluster.db, job)
+    assert rows == distinct == 2 * 2
+    # The head has no GPU: an actor that reserved one ran on the node the autoscaler added.
+    assert _actor_node_gpus(cluster, since_ms=started_ms) == [1]
