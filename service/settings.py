@@ -118,8 +118,9 @@ class Settings(BaseSettings):
     )
     device: Literal["auto", "gpu", "cpu"] = Field(
         "auto",
-        description="Where vLLM engines run: `gpu` (an actor reserves tensor_parallel_size GPUs), `cpu` (the "
-        "CPU build), or `auto`: from the vLLM build installed where the dispatcher runs.",
+        description="Where vLLM and transformers (`hf`) engines run: `gpu` (an actor reserves "
+        "tensor_parallel_size GPUs), `cpu` (the CPU build), or `auto`: from the vLLM build installed where "
+        "the dispatcher runs.",
     )
     max_node_gpus: int | None = Field(
         None,
