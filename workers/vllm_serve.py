@@ -19,11 +19,18 @@ SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 """The module `vllm serve` runs."""
 ENTRY_MODULE = "posbias.workers.vllm_serve"
 """This module, which runs `SERVER_MODULE` (`main`)."""
-QUIET_TRACKER = "ignore:resource_tracker:UserWarning"
-"""`PYTHONWARNINGS` for the server: on the CPU build vLLM's engine core ends its worker process with SIGTERM,
-so the worker never unlinks the shared memory of its message queues; Python's resource tracker unlinks it
-when the server is gone, and warns of "leaked shared_memory objects" as it does. Nothing is left behind (the
-tracker cleans up), so the warning tells a user nothing."""
+QUIET_WARNINGS = ",".join(
+    [
+        # On the CPU build vLLM's engine core ends its worker process with SIGTERM, so the worker never
+        # unlinks the shared memory of its message queues; Python's resource tracker unlinks it once the
+        # server is gone and warns of "leaked shared_memory objects" as it does. Nothing is left behind.
+        "ignore:resource_tracker:UserWarning",
+        # vLLM's kernel registry probes every torch.distributed attribute, the deprecated alias too (as in
+        # pyproject.toml's filterwarnings for the tests).
+        "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning",
+    ]
+)
+"""`PYTHONWARNINGS` for the server: the library warnings it would print that tell a user nothing."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ def serve_command(
         argv += ["--served-model-name", served_model]
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
-    env: dict[str, str] = {"VLLM_NO_USAGE_STATS": "1", "PYTHONWARNINGS": QUIET_TRACKER}
+    env: dict[str, str] = {"VLLM_NO_USAGE_STATS": "1", "PYTHONWARNINGS": QUIET_WARNINGS}
     if on_cpu:
         argv += ["--dtype", "float32", "--enforce-eager"]
         cores = threads or len(os.sched_getaffinity(0))

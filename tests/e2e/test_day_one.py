@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -261,7 +262,7 @@ def test_serve_starts_the_installed_vllm_the_way_this_environment_can(cli: Posbi
 def test_serve_stops_clean_on_ctrl_c(tmp_path: Path) -> None:
     """`posbias serve` on a tiny model, stopped as Ctrl-C stops it (SIGINT to its whole process group): what
     it prints from then on is uvicorn's three shutdown lines, with no "leaked shared_memory objects" from
-    Python's resource tracker and no "nanobind: leaked" from triton."""
+    Python's resource tracker and no "nanobind: leaked" from triton; and no library warning before."""
     import signal
     import sys
     import time
@@ -303,9 +304,12 @@ def test_serve_stops_clean_on_ctrl_c(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
-    said = log.read_text().splitlines()[started:]
+    everything = log.read_text().splitlines()
+    said = everything[started:]
     assert server.returncode == 0, said
     assert [line for line in said if "leaked" in line or "Warning" in line] == [], "\n".join(said)
+    warned = [line for line in everything if re.match(r"\S+:\d+: \w*Warning: ", line)]
+    assert warned == [], warned  # no Python library warning on start either
 
 
 @pytest.mark.usefixtures("ray_session")
