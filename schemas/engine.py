@@ -157,12 +157,14 @@ class EngineOptions(Record):
         "false never asks; unset: when the endpoint returns them.",
     )
 
-    @field_validator("name")
+    @field_validator("name", mode="before")
     @classmethod
-    def _check_name(cls, value: EngineName | str) -> EngineName | str:
+    def _check_name(cls, value: object) -> object:
         # A built-in name is always the enum member; any other is a plug-in's, whose registration the
         # service checks at submit (schemas cannot see the workers' registry).
-        if not isinstance(value, EngineName) and not _PLUGIN_NAME.fullmatch(value):
+        if isinstance(value, str) and value in {name.value for name in EngineName}:
+            return EngineName(value)
+        if not isinstance(value, str) or not _PLUGIN_NAME.fullmatch(value):
             raise ValueError(
                 f"must be one of {', '.join(EngineName)} or a plug-in engine's name (lowercase letters, "
                 "digits, - and _)"
