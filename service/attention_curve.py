@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from posbias.schemas import NotFoundError
 from posbias.schemas.attention import AttentionCurve, AttentionCurvePoint, LayerKind
 from posbias.service.database import Database
+from posbias.workers.engines import every
 
 AXES = ("position", "token-distance")
 _MASSES = ("own_mean", "own_max", "sink_mean", "other_mean", "instructions_mean", "answers_mean")
@@ -56,7 +57,11 @@ def attention_curves(
     with db.read() as session:
         rows = session.execute(sa.text(query), params).all()
     if not rows:
-        raise NotFoundError("no attention figures for that: run a job with engine hf (engine: {name: hf})")
+        recorders = [engine.name for engine in every() if engine.records_attention]
+        raise NotFoundError(
+            f"no attention figures for that: run a job with engine {' or '.join(recorders)} "
+            f"(engine: {{name: {recorders[0]}}})"
+        )
     curves: dict[tuple[str, int, str, int, str], list[AttentionCurvePoint]] = {}
     for row in rows:
         model_name, job, name, size, kind, bucket = row[:6]

@@ -9,6 +9,6 @@ entry-point group `posbias.engines`.
 from __future__ import annotations
 
 from posbias.workers.engines.declaration import DeviceUse, EngineDeclaration, always
-from posbias.workers.engines.registry import declared, names, register, unregister
+from posbias.workers.engines.registry import declared, every, names, register, unregister
 
-__all__ = ["DeviceUse", "EngineDeclaration", "always", "declared", "names", "register", "unregister"]
+__all__ = ["DeviceUse", "EngineDeclaration", "always", "declared", "every", "names", "register", "unregister"]

@@ -70,6 +70,8 @@ class EngineDeclaration:
     sliding_window: Callable[[JobSpec], int | None] | None = None
     """The sliding window its spec sets, when the spec does; None: read from the model's config, where it is
     on this machine."""
+    records_attention: bool = False
+    """It records where each answer's attention goes (the `attention` table)."""
     answer_sheets: bool = False
     """It teacher-forces an answer sheet (`engine.answer_sheet`), which may name a done job whose answers
     each of its shards carries."""

@@ -36,5 +36,6 @@ DECLARATION = EngineDeclaration(
     load=load,
     device=always(DeviceUse.device),
     local_model=True,
+    records_attention=True,
     answer_sheets=True,
 )
