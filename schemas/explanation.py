@@ -191,6 +191,11 @@ class Explanation(Record):
     confounds: tuple[Confound, ...] = Field(description="Causes this design cannot tell apart.")
     window: WindowStep | None = Field(None, description="The step test; None for a model without a window.")
     verdict: str = Field(description="What moves the curve, in one or two sentences.")
+    left_out: str | None = Field(
+        None,
+        description="What explain left out of the jobs' batch sizes and why, e.g. `batch size 1 has no "
+        "position to explain: ...` (on the first explanation only).",
+    )
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per candidate cause (`Effect`, intervals as `effect_estimate`, `effect_low`, ...), with

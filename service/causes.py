@@ -58,7 +58,7 @@ def answers(data: TrialData) -> Answers:
         },
         distance=np.nan_to_num(distance),
         cluster=data.cluster[rows],
-        difficulty=adjust if adjust is not None and np.ptp(adjust) > 0 else None,
+        difficulty=adjust if adjust is not None and adjust.size and np.ptp(adjust) > 0 else None,
     )
 
 

@@ -187,17 +187,27 @@ def explain(
         )
     model, revision = models.pop()
     ids = sorted(set(job_ids))
-    sizes = [n for n in queries.batch_sizes(db, job_ids=ids, variant=variant) if batch_size in (None, n)]
-    if not sizes:
+    found = [n for n in queries.batch_sizes(db, job_ids=ids, variant=variant) if batch_size in (None, n)]
+    if not found:
         asked = f" at batch size {batch_size}" if batch_size is not None else ""
         of = f" for variant {variant}" if variant != BASELINE else ""
         raise NotFoundError(
             f"job {', '.join(map(str, ids))} has no results{of}{asked} yet: run it with "
             "`posbias worker --until-empty`"
         )
+    # One question per prompt: position, answer slot and token distance never vary, so there is nothing
+    # to fit (its accuracy is the curve's single point, `posbias curve`).
+    sizes = [n for n in found if n > 1]
+    single = (
+        "batch size 1 has no position to explain: each prompt holds one question, so position, answer slot "
+        "and token distance never vary (its accuracy is `posbias curve --batch-size 1`)"
+    )
+    if not sizes:
+        others = "" if batch_size is not None else "; submit batch sizes of 2 or more to explain position"
+        raise PosbiasError(f"{single}{others}")
     info = queries.job_model(db, ids[0], variant=variant)
     design = "; ".join(dict.fromkeys(r.spec.describe_design() for r in records))
-    return [
+    fits = [
         explain_curve(
             queries.trial_data(db, job_ids=ids, batch_size=n, variant=variant),
             model=model,
@@ -208,6 +218,9 @@ def explain(
         )
         for n in sizes
     ]
+    if len(sizes) < len(found):
+        fits[0] = fits[0].model_copy(update={"left_out": f"{single}: left out, the other batch sizes fitted"})
+    return fits
 
 
 def options(

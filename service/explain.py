@@ -149,6 +149,17 @@ def explain_curve(
 
     estimable = estimability(rows, lockstep=LOCKSTEP)
     status, notes, kept = estimable.status, estimable.notes, estimable.kept
+    if not kept:  # every cause held fixed or in lockstep: a fit would have no term to test
+        return Explanation(
+            **base,
+            effects=tuple(
+                Effect(name=n, unit=UNITS[n], status=status[n], note=notes.get(n), reading=status[n])
+                for n in NAMES
+            ),
+            confounds=(),
+            window=None,
+            verdict="nothing to explain: this design moves none of position, answer slot and token distance",
+        )
     correlated = correlations(rows, [n for n in NAMES if status[n] != "held fixed"])
     blocks, columns = _blocks(rows, kept)
     smooth = np.column_stack(columns[1:])

@@ -55,6 +55,8 @@ def explain(
         print_json([e.model_dump(mode="json") for e in found])
         return
     for explanation in found:
+        if explanation.left_out:
+            out.print(f"{explanation.left_out}.")
         print_explanation(explanation)
     print_options(
         posbias.options_by_position(jobs, settings=settings_of(ctx), batch_size=batch_size, variant=variant)
