@@ -308,7 +308,7 @@ def debiased_accuracy(
             return right / total
 
     point = estimate(np.ones((1, clusters)))[0]
-    prior = np.exp(log_prior(np.ones((1, clusters)), rows)[0])
+    prior = np.exp(log_prior(np.ones((1, cluster.size)), rows)[0])  # every trial once (weights per trial)
     draws = np.empty((resamples, gold.shape[1]))
     done = 0
     for size in chunks(resamples):
