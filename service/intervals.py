@@ -26,7 +26,9 @@ def wilson_interval(k: float, n: float, *, z: float = Z95) -> Interval:
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denominator
-    return Interval(estimate=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
+    # The score interval always holds p; in floating point its ends can miss it by an ulp (at k = 0 the low
+    # end came out 5.6e-17), and an interval that leaves out its own estimate breaks every error bar.
+    return Interval(estimate=p, low=min(p, max(0.0, centre - half)), high=max(p, min(1.0, centre + half)))
 
 
 def bounded_interval(estimate: float, half: float, *, bound: float) -> Interval:
@@ -61,7 +63,8 @@ def clustered_interval(k: Floats, m: Floats, *, z: float = Z95) -> Interval:
         clustered = clusters / (clusters - 1) * float((residual**2).sum()) / total**2
         effective = total / max(1.0, clustered / (p * (1 - p) / total))
     interval = wilson_interval(p * effective, effective, z=z)
-    return Interval(estimate=p, low=interval.low, high=interval.high)
+    low, high = interval.low or 0.0, interval.high or 0.0  # never None: effective > 0
+    return Interval(estimate=p, low=min(p, low), high=max(p, high))
 
 
 def points(

@@ -117,7 +117,8 @@ def curves_figure(
         )
         low, high = [p.ci_low or 0.0 for p in points], [p.ci_high or 0.0 for p in points]
         if len(points) == 1:  # shading needs two points; one (batch size 1) gets an error bar
-            axes.errorbar(x, y, yerr=[[y[0] - low[0]], [high[0] - y[0]]], capsize=4, color=colour)
+            below, above = max(0.0, y[0] - low[0]), max(0.0, high[0] - y[0])
+            axes.errorbar(x, y, yerr=[[below], [above]], capsize=4, color=colour)
         else:
             axes.fill_between(x, low, high, alpha=0.25, linewidth=0, color=colour)
             drew_interval = True
