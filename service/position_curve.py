@@ -105,7 +105,8 @@ def within_one(per: Interval, whole: Interval, *, batch_size: int) -> tuple[Inte
 
 def slot_view(data: TrialData) -> TrialData:
     """`data` with its columns rearranged by answer slot: column s - 1 holds, per trial, the answer given on
-    line s (a missing answer on the line the design asked it on, unless another answer took that line).
+    line s (a missing answer on the line the design asked it on, or, when another answer took that line,
+    on the first line no answer took: so every answer is counted once, as `n` counts it on every axis).
     Forward order leaves it as it is; under the probe design everything is in slot 1."""
     if data.slot is None:
         return data
@@ -119,6 +120,19 @@ def slot_view(data: TrialData) -> TrialData:
     # Answers that have a line first, so a missing answer never displaces one that was given.
     placed = sorted(range(rows.size), key=lambda i: (data.parsed[rows[i], cols[i]] == 0, i))
     taken = np.zeros(shape, dtype=bool)
+    displaced = []
+    for i in placed:
+        r, c, s = rows[i], cols[i], slots[i]
+        if not np.isfinite(s) or not 1 <= s <= shape[1] or taken[r, int(s) - 1]:
+            displaced.append(i)
+            continue
+        taken[r, int(s) - 1] = True
+    for i in displaced:  # failed answers whose line another took: the first free line of their trial
+        free = np.flatnonzero(~taken[rows[i]])
+        if free.size and data.parsed[rows[i], cols[i]] == 0:
+            taken[rows[i], free[0]] = True
+            slots[i] = free[0] + 1.0
+    taken[:] = False
     for i in placed:
         r, c, s = rows[i], cols[i], slots[i]
         if not np.isfinite(s) or not 1 <= s <= shape[1] or taken[r, int(s) - 1]:
