@@ -147,6 +147,17 @@ def explain_curve(
             f"{max(minimum, 3)} iterations",
         )
 
+    if np.ptp(rows.y) == 0:  # a floor or a ceiling: every test's variance is zero (p NaN), nothing to fit
+        said = "right" if rows.y[0] else "wrong"
+        return Explanation(
+            **base,
+            effects=(),
+            confounds=(),
+            window=None,
+            verdict=f"every parsed answer is {said} ({100 * float(rows.y[0]):.0f}% at every position): a "
+            "floor or a ceiling, so nothing here can tell what moves the curve; a harder or easier dataset "
+            "would",
+        )
     estimable = estimability(rows, lockstep=LOCKSTEP)
     status, notes, kept = estimable.status, estimable.notes, estimable.kept
     if not kept:  # every cause held fixed or in lockstep: a fit would have no term to test

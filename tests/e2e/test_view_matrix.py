@@ -97,6 +97,8 @@ SHAPES: dict[str, dict[str, Any]] = {
         "iterations": 12,
         "variants": ["baseline", {"name": "late-drop", "fake": {"last": 0.1}}],
     },
+    "all-wrong": {"batch_sizes": [1, 2, 3], "iterations": 12, "fake": {"first": 0.0, "last": 0.0}},
+    "all-right": {"batch_sizes": [2], "iterations": 12, "fake": {"first": 1.0, "last": 1.0}},
     "parse-none": {"batch_sizes": [1, 3], "iterations": 12, "fake": {"malformed": 1.0}},
     "parse-half": {"batch_sizes": [1, 3], "iterations": 12, "fake": {"malformed": 0.5}},
 }
@@ -124,6 +126,7 @@ PAIRS = [
     ("quick-look", "n1-beside"),
     ("variants", "variants:late-drop"),
     ("parse-half", "parse-none"),
+    ("all-wrong", "all-right"),
     ("filler-end-sweep", "n3"),
     ("migrated", "n1-beside"),
     ("failed-half", "running-half"),
