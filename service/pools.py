@@ -393,14 +393,15 @@ class ModelPools:
                         pool.members.remove(member)
                     if not pool.members:
                         pool.error = "model failed to load: every worker for this model kept restarting"
-                    return LoadEvent(model_key=pool.model_key, report=None, error=None)
+                    # With no member left, the reason fails the jobs waiting on the model (None till then).
+                    return LoadEvent(model_key=pool.model_key, report=None, error=pool.error)
                 except ray.exceptions.RayActorError as exc:
                     if member in pool.members:
                         pool.members.remove(member)
                     if not pool.members:
                         died = one_line(exc, typed=True)
                         pool.error = f"model failed to load: every worker for this model died: {died}"
-                    return LoadEvent(model_key=pool.model_key, report=None, error=None)
+                    return LoadEvent(model_key=pool.model_key, report=None, error=pool.error)
                 return LoadEvent(model_key=pool.model_key, report=report, error=None)
         raise KeyError(ref)
 

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 import ray
@@ -119,6 +120,20 @@ def quiet_ray() -> None:
         logger = logging.getLogger(name)
         if logger.level < logging.ERROR:
             logger.setLevel(logging.ERROR)
+    # The driver's error listener prints the cluster's error notices ("(raylet) A worker died or was killed
+    # ...") to stdout whatever `log_to_driver` says, into the middle of `posbias worker --json`'s output. They
+    # go to Ray's logger instead (shown with --verbose); what they report reaches the user as the shard's
+    # error. The listener looks the function up in its module when it prints, so replacing it there is enough.
+    from ray._private import worker as ray_worker
+
+    if hasattr(ray_worker, "print_to_stdstream"):
+        ray_worker.print_to_stdstream = _to_ray_logger  # type: ignore[assignment]
+
+
+def _to_ray_logger(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+    """Ray's error notices as records of its logger, not lines on stdout."""
+    for line in data.get("lines", ()):
+        logging.getLogger("ray").warning("(%s) %s", data.get("pid", "ray"), line)
 
 
 def _probe(address: str, *, seconds: float) -> None:

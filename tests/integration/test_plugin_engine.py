@@ -32,13 +32,14 @@ def toy() -> Iterator[engines.EngineDeclaration]:
 
 
 def _installed(folder: Path) -> Path:
-    """A folder that, on the path, makes the toy an installed plug-in: a distribution's metadata declaring it
+    """A folder that, on the path, makes the toys installed plug-ins: a distribution's metadata declaring them
     under the entry-point group `posbias.engines`."""
     info = folder / "toy_engine_plugin-1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-engine-plugin\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(
         f"[posbias.engines]\n{toy_engine.NAME} = support.toy_engine:DECLARATION\n"
+        f"{toy_engine.DYING_NAME} = support.toy_engine:DYING\n"
     )
     return folder
 
@@ -74,3 +75,29 @@ def test_a_plug_in_engine_runs_a_job_whose_answers_are_stored(
             text("SELECT DISTINCT predicted FROM results WHERE job_id = :j"), {"j": job}
         ).scalars()
         assert list(predicted) == [0], "the toy answers the first option everywhere"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_engine_whose_every_actor_dies_at_load_fails_its_job_and_the_worker_ends(
+    db: Database,
+    fast_settings: Callable[..., Settings],
+    mmlu_dir: Path,
+    tmp_path: Path,
+) -> None:
+    # Before, the pool kept the reason ("every worker for this model died") but no job was failed with it:
+    # `posbias worker --until-empty` waited for ever on shards no actor would run.
+    settings = fast_settings(db.url, mmlu_dir=mmlu_dir)
+    engines.register(toy_engine.DYING)
+    try:
+        spec = {"model": "toy/model", "engine": {"name": toy_engine.DYING_NAME}, "batch_sizes": [2]}
+        job = posbias.submit({**spec, "iterations": 2}, settings=settings).job_id
+    finally:
+        engines.unregister(toy_engine.DYING_NAME)
+
+    path = os.pathsep.join([str(TESTS), str(_installed(tmp_path / "site")), os.environ.get("PYTHONPATH", "")])
+    summary = summary_of(worker_process(db.url, tmp_path, "--until-empty", PYTHONPATH=path), timeout=180)
+
+    record = jobs.get(db, job)
+    assert record.status is JobStatus.failed
+    assert record.error is not None and ("died" in record.error or "failed to load" in record.error)
+    assert summary["results_written"] == 0

@@ -35,3 +35,17 @@ def tokenizer(spec: JobSpec) -> Tokenizer:
 
 
 DECLARATION = EngineDeclaration(name=NAME, load=load, device=always(DeviceUse.device), tokenizer=tokenizer)
+
+
+DYING_NAME = "toy-dies-at-load"
+
+
+def die(spec: ShardSpec | JobSpec, config: WorkerConfig) -> Engine:
+    """Ends the actor's process while it loads, as a loader that segfaults or runs out of memory does."""
+    import os
+
+    os._exit(3)
+
+
+DYING = EngineDeclaration(name=DYING_NAME, load=die, device=always(DeviceUse.device), tokenizer=tokenizer)
+"""A plug-in whose every actor dies while it loads: the job fails with the reason, and the worker ends."""
