@@ -55,9 +55,12 @@ def _resolve(db: Database, query: CurveQuery) -> tuple[str, str | None, list[int
                 db, job_ids=queries.matching_jobs(db, model=query.model, job_id=query.job_id)
             )
             others = f" (it has {', '.join(found)})" if found else ""
-        raise NotFoundError(
-            f"no results for {query.describe()}{others}: check `posbias status` and `posbias models`"
+        fix = (
+            jobs.missing_results_fix(jobs.get(db, query.job_id))
+            if query.job_id is not None
+            else "check `posbias status` and `posbias models`"
         )
+        raise NotFoundError(f"no results for {query.describe()}{others}: {fix}")
     return model, revision, job_ids
 
 
@@ -191,10 +194,8 @@ def explain(
     if not found:
         asked = f" at batch size {batch_size}" if batch_size is not None else ""
         of = f" for variant {variant}" if variant != BASELINE else ""
-        raise NotFoundError(
-            f"job {', '.join(map(str, ids))} has no results{of}{asked} yet: run it with "
-            "`posbias worker --until-empty`"
-        )
+        fixes = "; ".join(dict.fromkeys(jobs.missing_results_fix(r) for r in records))
+        raise NotFoundError(f"job {', '.join(map(str, ids))} has no results{of}{asked}: {fixes}")
     # One question per prompt: position, answer slot and token distance never vary, so there is nothing
     # to fit (its accuracy is the curve's single point, `posbias curve`).
     sizes = [n for n in found if n > 1]

@@ -28,7 +28,7 @@ from sqlalchemy import select
 
 from posbias.schemas import BASELINE, Interval, NotFoundError, ParseStatus
 from posbias.schemas.curve import OptionPoint, OptionsView
-from posbias.service import queries
+from posbias.service import jobs, queries
 from posbias.service.bootstrap import PROPORTION, chunks, percentile
 from posbias.service.database import Database
 from posbias.service.intervals import wilson_interval
@@ -135,10 +135,9 @@ def by_position(
         n for n in queries.batch_sizes(db, job_ids=list(job_ids), variant=variant) if batch_size in (None, n)
     ]
     if not sizes:
-        raise NotFoundError(
-            f"job {', '.join(map(str, job_ids))} has no results to read options from: run it with "
-            "`posbias worker --until-empty`"
-        )
+        fixes = "; ".join(dict.fromkeys(jobs.missing_results_fix(jobs.get(db, j)) for j in job_ids))
+        which = ", ".join(map(str, job_ids))
+        raise NotFoundError(f"job {which} has no results to read options from: {fixes}")
     return [
         view(
             load(db, job_ids=job_ids, batch_size=n, variant=variant),
