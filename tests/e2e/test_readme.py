@@ -1,5 +1,7 @@
-"""The README is the front door: its commands must exist with the flags it shows, its SQL must run on both
-stores, and CI must run its test command."""
+"""The README is the front door and docs/ the manual: every command either shows must exist with the flags it
+shows (some run for real), their SQL must run on both stores, their links must lead somewhere, and CI must run
+the README's test command. docs/cli-reference.md is generated from `--help` and checked by
+tests/e2e/test_cli_reference.py."""
 
 from __future__ import annotations
 
@@ -25,11 +27,14 @@ from posbias.service.submission import SAMPLE_TRIALS
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
-BLOCKS = re.findall(r"```(\w*)\n(.*?)```", README, flags=re.S)
+GUIDES = sorted(path for path in (REPO / "docs").glob("*.md") if path.name != "cli-reference.md")
+PAGES = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / "README.md", *GUIDES]}
+"""The README and every guide in docs/ (not the generated reference), by path: what a user reads, copies."""
+BLOCKS = [block for text_ in PAGES.values() for block in re.findall(r"```(\w*)\n(.*?)```", text_, flags=re.S)]
 
 
 def readme_commands() -> list[list[str]]:
-    """Every `posbias ...` command in the README's shell blocks, without comments."""
+    """Every `posbias ...` command in the shell blocks of the README and the guides, without comments."""
     commands = []
     for language, body in BLOCKS:
         if language not in ("", "sh", "bash"):
@@ -70,7 +75,11 @@ def test_the_quoted_schema_revision_is_the_newest_migration(tmp_path: Path) -> N
     its revision the newest migration (a new migration makes this fail until the README says so)."""
     from posbias.service import schema_version
 
-    quoted = re.findall(r"`(the store sqlite:///posbias\.db is\s+ready: [^`]*)`", README)
+    quoted = [
+        line
+        for page in PAGES.values()
+        for line in re.findall(r"`(the store sqlite:///posbias\.db is\s+ready: [^`]*)`", page)
+    ]
     assert len(quoted) == 1, quoted
     line = " ".join(quoted[0].split())
     (revision,) = re.findall(r"newest \((\d{4})\)", line)
@@ -335,3 +344,54 @@ def test_the_readme_variant_dry_run_shows_each_variants_layers(
     windowed = in_process(monkeypatch, tmp_path, *words[:-2], "--variant", "window:32", "--dry-run")
     assert "  window:32: window 32 on layers 0, 2 of 4; RoPE base 10000" in windowed
     assert "(the model's sliding window: 64 tokens)" in windowed
+
+
+# --- the front door and the manual --------------------------------------------------------------------------
+
+
+def test_the_readme_is_a_front_door_with_the_quick_start_s_facts() -> None:
+    assert len(README.splitlines()) <= 300
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    for fact in (
+        "`.env`",
+        "`. .venv/bin/activate`",
+        "POSBIAS_MMLU_DIR",
+        "docs/demo-curve.png",
+        "--engine fake",
+    ):
+        assert fact in quick, fact
+    assert "(docs/index.md)" in README
+
+
+def test_the_index_lists_every_guide() -> None:
+    index = PAGES["docs/index.md"]
+    for guide in [*GUIDES, REPO / "docs" / "cli-reference.md"]:
+        if guide.name != "index.md":
+            assert f"]({guide.name})" in index, f"docs/index.md does not link {guide.name}"
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text_ = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {_anchor(line.lstrip("#")) for line in text_.splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("page", [*sorted(PAGES), "docs/cli-reference.md"])
+def test_every_link_and_picture_leads_somewhere(page: str) -> None:
+    """Relative links and image paths, from the README and from docs/, to a file that exists (and, with a
+    `#fragment` into Markdown, to a heading it has)."""
+    here = (REPO / page).parent
+    text_ = re.sub(r"```.*?```", "", (REPO / page).read_text(), flags=re.S)
+    targets = re.findall(r"\]\(([^)\s]+)\)", text_)
+    for target in targets:
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, fragment = target.partition("#")
+        path = (here / file).resolve() if file else REPO / page
+        assert path.exists(), f"{page}: {target} does not exist"
+        if fragment and path.suffix == ".md":
+            assert fragment in _anchors(path), f"{page}: no heading #{fragment} in {file or page}"
