@@ -127,7 +127,7 @@ def quiet_ray() -> None:
     from ray._private import worker as ray_worker
 
     if hasattr(ray_worker, "print_to_stdstream"):
-        ray_worker.print_to_stdstream = _to_ray_logger  # type: ignore[assignment]
+        ray_worker.print_to_stdstream = _to_ray_logger
 
 
 def _to_ray_logger(data: dict[str, Any], ignore_prefix: bool = False) -> None:
