@@ -12,7 +12,7 @@ from rich.console import Console
 
 import posbias
 from posbias.schemas.errors import UsageError
-from posbias.schemas.ids import parse_id
+from posbias.schemas.ids import ID_MAX, parse_id
 from posbias.schemas.limits import MAX_BATCH_SIZE
 
 if TYPE_CHECKING:
@@ -26,17 +26,28 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def id_parser(what: str) -> Callable[[str], int]:
+class IdParser:
     """The `parser` of an id flag or argument: `schemas.ids.parse_id` (ASCII digits only, where typer's `int`
-    reads a full-width 2 as 2 and `1_0` as 10), its refusal a usage error (exit 2) naming `what`."""
+    reads a full-width 2 as 2 and `1_0` as 10), its refusal a usage error (exit 2) naming `what`. Its bounds
+    are `low` to `high`, which `--help` says in words (`help.py`), as it does for typer's own `min`/`max`."""
 
-    def parse(text: str) -> int:
+    low = 1
+    high = ID_MAX
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.__name__ = what  # click names a parser's type by it
+
+    def __call__(self, text: str) -> int:
         try:
-            return parse_id(text, what=what)
+            return parse_id(text, what=self.what)
         except UsageError as exc:
             raise typer.BadParameter(str(exc)) from None
 
-    return parse
+
+def id_parser(what: str) -> Callable[[str], int]:
+    """An `IdParser` for ids named `what` (`job id`, `trial id`)."""
+    return IdParser(what)
 
 
 JobArg = Annotated[int, typer.Argument(help="Job id.", parser=id_parser("job id"))]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from posbias.cli.common import IdParser
 from posbias.schemas.limits import INT64_MAX
 
 OTHER = "Options"
@@ -60,6 +61,10 @@ def _tidy(command: Any) -> None:
         if getattr(param, "min", None) is not None or getattr(param, "max", None) is not None:
             param._get_number_range_help_str = _worded(param.min, param.max)
             param.display_type_rich = _plain_type(param.display_type_rich)
+        descriptor = getattr(param, "type_descriptor", None)
+        parser = getattr(getattr(descriptor, "parameter_info", None), "parser", None)
+        if isinstance(parser, IdParser):  # an id read by its own parser: its bounds in words all the same
+            param._get_number_range_help_str = _worded(parser.low, parser.high)
     for sub in getattr(command, "commands", {}).values():
         _tidy(sub)
 
