@@ -56,7 +56,7 @@ def _resolve(db: Database, query: CurveQuery) -> tuple[str, str | None, list[int
             )
             others = f" (it has {', '.join(found)})" if found else ""
         fix = (
-            jobs.missing_results_fix(jobs.get(db, query.job_id))
+            queries.missing_results_fix(db, query.job_id)
             if query.job_id is not None
             else "check `posbias status` and `posbias models`"
         )
@@ -194,7 +194,7 @@ def explain(
     if not found:
         asked = f" at batch size {batch_size}" if batch_size is not None else ""
         of = f" for variant {variant}" if variant != BASELINE else ""
-        fixes = "; ".join(dict.fromkeys(jobs.missing_results_fix(r) for r in records))
+        fixes = "; ".join(dict.fromkeys(queries.missing_results_fix(db, r.id) for r in records))
         raise NotFoundError(f"job {', '.join(map(str, ids))} has no results{of}{asked}: {fixes}")
     # One question per prompt: position, answer slot and token distance never vary, so there is nothing
     # to fit (its accuracy is the curve's single point, `posbias curve`).

@@ -293,19 +293,6 @@ def get(db: Database, job_id: int) -> JobRecord:
         return _record(session, job)
 
 
-def missing_results_fix(record: JobRecord) -> str:
-    """What to do about results a job does not have, by where it stands: a cancelled job will not run, a
-    failed one needs `posbias retry`, a queued or running one the worker."""
-    if record.status is JobStatus.cancelled:
-        return f"job {record.id} was cancelled before it answered there; submit it again to run it"
-    if record.status is JobStatus.failed:
-        error = (record.error or "see `posbias status`").splitlines()[0][:200]
-        return f"job {record.id} failed ({error}); `posbias retry {record.id}` puts its dead shards back"
-    if record.status is JobStatus.done:
-        return "check `posbias status` and `posbias models`"
-    return "run it with `posbias worker --until-empty`"
-
-
 def finished(db: Database, job_id: int) -> bool:
     """True once the job is done, failed or cancelled. `NotFoundError` when there is no such job."""
     with db.read() as session:

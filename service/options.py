@@ -28,7 +28,7 @@ from sqlalchemy import select
 
 from posbias.schemas import BASELINE, Interval, NotFoundError, ParseStatus
 from posbias.schemas.curve import OptionPoint, OptionsView
-from posbias.service import jobs, queries
+from posbias.service import queries
 from posbias.service.bootstrap import PROPORTION, chunks, percentile
 from posbias.service.database import Database
 from posbias.service.intervals import wilson_interval
@@ -135,7 +135,7 @@ def by_position(
         n for n in queries.batch_sizes(db, job_ids=list(job_ids), variant=variant) if batch_size in (None, n)
     ]
     if not sizes:
-        fixes = "; ".join(dict.fromkeys(jobs.missing_results_fix(jobs.get(db, j)) for j in job_ids))
+        fixes = "; ".join(dict.fromkeys(queries.missing_results_fix(db, j) for j in job_ids))
         which = ", ".join(map(str, job_ids))
         raise NotFoundError(f"job {which} has no results to read options from: {fixes}")
     return [

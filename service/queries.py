@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from posbias.schemas import BASELINE, LayerConfig, ModelInfo, ParseStatus, TrialStatus
+from posbias.schemas import BASELINE, JobStatus, LayerConfig, ModelInfo, ParseStatus, TrialStatus
 from posbias.service import tables
 from posbias.service.database import IN_CHUNK, Database
 from posbias.service.job_status import not_found
@@ -36,6 +36,25 @@ def matching_jobs(
     )
     with db.read() as session:
         return sorted(session.scalars(query))
+
+
+def missing_results_fix(db: Database, job_id: int) -> str:
+    """What to do about results job `job_id` does not have, by where it stands: a cancelled job will not run,
+    a failed one needs `posbias retry`, a queued or running one the worker. `NotFoundError` when there is no
+    such job."""
+    with db.read() as session:
+        row = session.execute(select(Job.status, Job.error).where(Job.id == job_id)).one_or_none()
+    if row is None:
+        raise not_found(job_id)
+    status, error = row
+    if status is JobStatus.cancelled:
+        return f"job {job_id} was cancelled before it answered there; submit it again to run it"
+    if status is JobStatus.failed:
+        said = (error or "see `posbias status`").splitlines()[0][:200]
+        return f"job {job_id} failed ({said}); `posbias retry {job_id}` puts its dead shards back"
+    if status is JobStatus.done:
+        return "check `posbias status` and `posbias models`"
+    return "run it with `posbias worker --until-empty`"
 
 
 def variants_of(db: Database, *, job_ids: Collection[int], batch_size: int | None = None) -> list[str]:
