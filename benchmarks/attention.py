@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from posbias.schemas import AttentionRow, JobSpec, LayerKind, ShardResult, WorkerConfig
-from posbias.service import submission
 from posbias.service.settings import Settings
-from posbias.service.shards import shard_spec
+from posbias.service.work import submission
+from posbias.service.work.shards import shard_spec
 from posbias.workers.hf_engine import HfEngine
 
 BINS = (0, 256, 512, 1024, 2048, 4096, 1 << 30)

@@ -4,7 +4,7 @@ Two checkpoints of one model answer the same trials (matched, as a schedule's do
 prompt effects shared, each its own noise (`posbias.workers.fake_engine.latent_correct`, the fake engine's
 rule). The candidate is the baseline with a drop of `--drop` points at positions 1 to `--width`, optionally
 with its answers at the end of the sheet no longer parsing. Each replication runs
-`service/comparison.compare`, what the command runs, and counts:
+`service/stats/comparison.compare`, what the command runs, and counts:
 
 - any marked different: a position or block marked, either direction (the false-alarm rate, with no change);
 - caught (family): a position or a block of positions marked different with B below A (what `compare`
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.schemas import FakeSpec
-from posbias.service import comparison
-from posbias.service.bootstrap import max_t_band
-from posbias.service.intervals import wilson_interval
-from posbias.service.trial_data import TrialData
+from posbias.service.stats import comparison
+from posbias.service.stats.bootstrap import max_t_band
+from posbias.service.stats.intervals import wilson_interval
+from posbias.service.stats.trial_data import TrialData
 from posbias.workers.fake_engine import latent_correct
 
 POOL = 2000

@@ -3,13 +3,13 @@
 Each replication simulates a job's answers with the fake engine's model of a model (`FakeSpec`: a known
 accuracy curve; answers correlated through question difficulty and a prompt effect, decided by
 `posbias.workers.fake_engine.latent_correct`, the fake engine's own rule), then runs the analysis functions
-the CLI runs (`service/position_curve.py`, `service/comparison.py`, `service/verdicts.py`,
-`service/explain.py`) and checks them against the truth. The engine itself (rendering, parsing) and the store
-are left out so that hundreds of replications run in minutes; the integration tests check that the store feeds
-the analysis these same arrays. The `explain-*` settings plan each design as the planner does and measure
-token distances as the worker does (`design_layout`). The `auroc-*` settings check explain's attention AUROC
-(`service/attention_explain.py`) against a truth computed by quadrature (`within_auroc`), with a reference
-interval (clustered DeLong) on the same draws.
+the CLI runs (`service/stats/position_curve.py`, `service/stats/comparison.py`,
+`service/schedules/verdicts.py`, `service/stats/explain.py`) and checks them against the truth. The engine
+itself (rendering, parsing) and the store are left out so that hundreds of replications run in minutes; the
+integration tests check that the store feeds the analysis these same arrays. The `explain-*` settings plan
+each design as the planner does and measure token distances as the worker does (`design_layout`). The
+`auroc-*` settings check explain's attention AUROC (`service/stats/attention_explain.py`) against a truth
+computed by quadrature (`within_auroc`), with a reference interval (clustered DeLong) on the same draws.
 
     python benchmarks/coverage.py                       # every setting, 500 replications each
     python benchmarks/coverage.py --reps 100 --only pointwise-effects,verdict-power
@@ -39,12 +39,13 @@ from scipy.stats import t as student_t
 
 from posbias.schemas import FakeAxis, FakeSpec, ModelInfo
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import attention_explain, comparison, position_curve, verdicts
-from posbias.service.bootstrap import BOOTSTRAP_RESAMPLES, MIN_CLUSTERS
-from posbias.service.explain import explain_curve
-from posbias.service.intervals import wilson_interval
-from posbias.service.shape_test import PERMUTATIONS
-from posbias.service.trial_data import DistanceRow, TrialData
+from posbias.service.schedules import verdicts
+from posbias.service.stats import attention_explain, comparison, position_curve
+from posbias.service.stats.bootstrap import BOOTSTRAP_RESAMPLES, MIN_CLUSTERS
+from posbias.service.stats.explain import explain_curve
+from posbias.service.stats.intervals import wilson_interval
+from posbias.service.stats.shape_test import PERMUTATIONS
+from posbias.service.stats.trial_data import DistanceRow, TrialData
 from posbias.workers.fake_engine import latent_correct
 
 POOL = 2000
@@ -167,7 +168,7 @@ def design_layout(
     after: int = 0,
     probe: bool = False,
 ) -> DesignLayout:
-    """Plan like `service/planner.py` (each set at every filler length; a random order per set; a probe
+    """Plan like `service/work/planner.py` (each set at every filler length; a random order per set; a probe
     asks each position of a set in a prompt of its own) and measure distances like `workers/shard.py`, with
     question blocks of `lengths[code]` tokens."""
     questions, clusters, keys, answered, slots, lines, distances, fillers = [], [], [], [], [], [], [], []
@@ -880,7 +881,7 @@ def clustered_interval(answers: Sequence[attention_explain.Scored]) -> tuple[flo
 
 
 def auroc_checks(world: AurocWorld, *, resamples: int = 1000) -> Body:
-    """`explain`'s attention AUROC (`service/attention_explain.py`) on `world`'s trials: how often its
+    """`explain`'s attention AUROC (`service/stats/attention_explain.py`) on `world`'s trials: how often its
     by-trial interval holds the truth (`auroc_truth`)."""
     truth = world.truth
 

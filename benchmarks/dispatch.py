@@ -23,7 +23,7 @@ process on the same shards: the fake engine is free of delay, not of work (its t
 here the actors share the machine's cores with the dispatcher, Ray and the database.
 
 SQLite is a file in a temporary folder (WAL, synchronous=NORMAL); PostgreSQL is a throwaway server started
-here (service/throwaway_postgres.py) with durable settings (fsync and synchronous commit on). Ray is started
+here (tests/support/postgres.py) with durable settings (fsync and synchronous commit on). Ray is started
 with 4 logical CPUs (the fake engine's actors reserve none, so 4 of them fit on any machine).
 """
 
@@ -49,11 +49,12 @@ from typing import Any
 import ray
 
 from posbias.schemas import JobSpec, ShardResult
-from posbias.service import database, jobs, migrate, queue, submission
-from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
+from posbias.service.dispatch.dispatcher import Dispatcher
 from posbias.service.settings import Settings
-from posbias.service.shards import shard_spec
+from posbias.service.store import database, migrate
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, queue, submission
+from posbias.service.work.shards import shard_spec
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
 

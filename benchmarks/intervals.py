@@ -5,19 +5,19 @@ by simulation.
 engine's rule (`latent_correct`: question and prompt effects), and measure the coverage of the intervals a
 user reads: the last-minus-first contrast, the paired difference at each position (pointwise) and its
 simultaneous band. The smallest C from which every coverage's binomial interval reaches 93% is what
-`service/bootstrap.MIN_CLUSTERS` says; below it curves and comparisons carry a warning.
+`service/stats/bootstrap.MIN_CLUSTERS` says; below it curves and comparisons carry a warning.
 
 `debiased`: a model with an option prior at the first positions (the fake engine's `collapse`, whose
 observed probabilities are its belief times the prior), options shuffled per trial; PriDe's debiased
-accuracy (`service/options.debiased_accuracy`) at each position against the truth (the accuracy of the
+accuracy (`service/stats/options.debiased_accuracy`) at each position against the truth (the accuracy of the
 model's belief, which the prior hides), its interval's coverage and the estimate's bias.
 
 `explain`: for each number of trials C, simulate jobs of the explain grid's designs with a known truth
 (`benchmarks/coverage.py`: a line in position under a random order, a decay and a step under a filler sweep,
-no effect), and measure what `posbias explain` would print: every interval's coverage, the share of
-intervals outside what is possible (a change of more than 100 points over the range it summarizes) and the
-rate of false causes. The smallest C from which coverage holds is `service/explain.MIN_CLUSTERS`; below it
-explain fits nothing and says how many trials it needs.
+no effect), and measure what `posbias explain` would print: every interval's coverage, the share of intervals
+outside what is possible (a change of more than 100 points over the range it summarizes) and the rate of false
+causes. The smallest C from which coverage holds is `service/stats/explain.MIN_CLUSTERS`; below it explain
+fits nothing and says how many trials it needs.
 
     python benchmarks/intervals.py clusters --reps 200
     python benchmarks/intervals.py debiased --reps 200
@@ -37,9 +37,9 @@ import numpy as np
 
 from posbias.schemas import FakeCollapse, FakeSpec, Interval, ModelInfo
 from posbias.schemas.explanation import Effect
-from posbias.service import comparison, options, position_curve
-from posbias.service.intervals import wilson_interval
-from posbias.service.trial_data import TrialData
+from posbias.service.stats import comparison, options, position_curve
+from posbias.service.stats.intervals import wilson_interval
+from posbias.service.stats.trial_data import TrialData
 from posbias.workers.fake_engine import latent_correct, option_probs, with_prior
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -186,10 +186,10 @@ def _possible(effect: Effect, interval: Interval, *, stepped: bool) -> bool:
 
 def explain(reps: int, *, n: int, counts: list[int], seed: int) -> None:
     """Coverage, possibility and false causes of explain's printed figures against the number of trials."""
-    from posbias.service.explain import MIN_CLUSTERS, explain_curve
+    from posbias.service.stats.explain import MIN_CLUSTERS, explain_curve
 
     print(f"explain: N = {n}, window 600 tokens, MMLU-like lengths, {reps} replications per count and truth")
-    print(f"  (service/explain.MIN_CLUSTERS is {MIN_CLUSTERS}; below it explain fits nothing)")
+    print(f"  (service/stats/explain.MIN_CLUSTERS is {MIN_CLUSTERS}; below it explain fits nothing)")
     info = ModelInfo(name="sim", num_layers=4, sliding_window=600, sliding_window_layers=(0, 2))
     for c in counts:
         started = time.perf_counter()

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import REPO, Options, Run, Setting, job_spec, load_average, run_raw, start_raw_llm
 
 from posbias.schemas import JobSpec
-from posbias.service import submission
 from posbias.service.settings import Settings
+from posbias.service.work import submission
 
 
 def spec_for(model: str, *, batch_size: int, sets: int, probe: bool, cache: bool) -> JobSpec:

@@ -31,9 +31,9 @@ from datetime import date
 from pathlib import Path
 
 from posbias.schemas import JobSpec, ShardResult, ShardSpec, WorkerConfig
-from posbias.service import submission
 from posbias.service.settings import Settings
-from posbias.service.shards import shard_spec
+from posbias.service.work import submission
+from posbias.service.work.shards import shard_spec
 from posbias.workers.engine import Engine
 from posbias.workers.shard import run_shards
 

@@ -5,15 +5,15 @@ scan of the results, side by side in one run.
     python benchmarks/store.py --rows 100000 --curve-rows 1000000   # a quick look
     python benchmarks/store.py --profile            # also: where ingest time goes, on each database
 
-Ingest goes through `queue.complete` (lease held, COPY / executemany, curve totals, job status),
-with realistic shards: batch size 50, 20 trials per shard (1,000 results a shard), written two ways: one
-shard per transaction, and the shards of one engine call (`service.pools.SHARDS_PER_CALL`) per transaction,
-as the dispatcher writes them. Building each worker result is not timed; writing it is.
+Ingest goes through `queue.complete` (lease held, COPY / executemany, curve totals, job status), with
+realistic shards: batch size 50, 20 trials per shard (1,000 results a shard), written two ways: one shard per
+transaction, and the shards of one engine call (`service.dispatch.pools.SHARDS_PER_CALL`) per transaction, as
+the dispatcher writes them. Building each worker result is not timed; writing it is.
 
 The curve table is built in SQL (generate_series on PostgreSQL, a recursive CTE on SQLite), since going
 through ingest for 10M rows would only re-measure ingest.
 
-It starts its own throwaway PostgreSQL server (service/throwaway_postgres.py; durable settings: fsync and
+It starts its own throwaway PostgreSQL server (tests/support/postgres.py; durable settings: fsync and
 synchronous commit on) and a SQLite file in a temporary folder (WAL, synchronous=NORMAL).
 """
 
@@ -49,9 +49,11 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.service import database, jobs, migrate, planner, queries, queue
-from posbias.service.database import Database
-from posbias.service.pools import SHARDS_PER_CALL
+from posbias.service.dispatch.pools import SHARDS_PER_CALL
+from posbias.service.stats import queries
+from posbias.service.store import database, migrate
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, planner, queue
 
 # tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

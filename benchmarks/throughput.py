@@ -52,12 +52,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from posbias.schemas import AnswerMode, JobSpec, Question, ShardResult, Trial
-from posbias.service import database, jobs, migrate, submission
-from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
-from posbias.service.pools import SHARDS_PER_CALL
-from posbias.service.ray_connect import init_ray
+from posbias.service.dispatch.dispatcher import Dispatcher
+from posbias.service.dispatch.pools import SHARDS_PER_CALL
+from posbias.service.dispatch.ray_connect import init_ray
 from posbias.service.settings import Settings
+from posbias.service.store import database, migrate
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, submission
 
 # tests/support (throwaway PostgreSQL, tiny models) is shared with the tests; not part of the product.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -368,7 +369,7 @@ def bench(setting: Setting, *, options: Options, settings: Settings, workdir: Pa
         f"{prepared.pool.source}, constrained answers;\n   {prepared.spec.describe_design()}\n"
         f"   posbias: {len(prepared.plan.shards)} shards of up "
         f"to {len(prepared.plan.shards[0].trial_indices)} trials (the planner's default), up to "
-        f"{SHARDS_PER_CALL} shards per engine call (service/pools.py)",
+        f"{SHARDS_PER_CALL} shards per engine call (service/dispatch/pools.py)",
         flush=True,
     )
 

@@ -1,1 +1,1 @@
-"""Alembic migrations of the posbias store. `service.migrate` runs them (`posbias db upgrade`)."""
+"""Alembic migrations of the posbias store. `service.store.migrate` runs them (`posbias db upgrade`)."""

@@ -1,5 +1,6 @@
-"""Alembic environment. `service.migrate` passes an open connection in `config.attributes["connection"]`;
-the alembic command line (see alembic.ini) gets its URL from `-x url=...` or posbias's settings.
+"""Alembic environment. `service.store.migrate` passes an open connection in
+`config.attributes["connection"]`; the alembic command line (see alembic.ini) gets its URL from `-x url=...`
+or posbias's settings.
 
 `render_as_batch` makes table changes copy-and-swap on SQLite, so one set of scripts serves both dialects.
 """
@@ -11,8 +12,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from posbias.service.database import create_db_engine
-from posbias.service.tables import Base
+from posbias.service.store.database import create_db_engine
+from posbias.service.store.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

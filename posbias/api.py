@@ -1,9 +1,9 @@
 """The public Python API: what the `posbias` command does, as functions a notebook or a script can call.
 
 This module holds jobs and their results (submit, run, dispatch, curves, compare, explain, export, plots) and
-the settings; `posbias/schedules.py` holds regression schedules and `posbias/store.py` the store's schema
-version. `posbias/__init__.py` exports all of them, so `posbias.run(...)` and `posbias.tick_schedules()` are
-called alike.
+the settings; `posbias/schedules_api.py` holds regression schedules and `posbias/store_api.py` the store's
+schema version. `posbias/__init__.py` exports all of them, so `posbias.run(...)` and
+`posbias.tick_schedules()` are called alike.
 
 Each function takes its main argument positionally and everything else by keyword. `settings` defaults to
 `Settings()` (environment variables `POSBIAS_*`, or `.env`), so the store is `POSBIAS_DATABASE_URL`, as for
@@ -56,12 +56,12 @@ from posbias.schemas import (
 )
 from posbias.schemas.explanation import Explanation
 from posbias.schemas.ids import looks_like_id, parse_id
-from posbias.service import curves as curve_reports
-from posbias.service import database, database_url, queries
-from posbias.service import jobs as job_store
 from posbias.service import settings as environment
-from posbias.service.database import Database
+from posbias.service.reports import curves as curve_reports
 from posbias.service.settings import Settings
+from posbias.service.stats import queries
+from posbias.service.store import Database, database, database_url
+from posbias.service.work import jobs as job_store
 
 SpecLike = JobSpec | Mapping[str, Any] | str | Path
 """A job spec: a `JobSpec`, a mapping of its fields, or the path of a YAML or JSON spec file."""
@@ -71,7 +71,7 @@ it), or a `CurveQuery`."""
 
 
 def _settings(settings: Settings | None) -> Settings:
-    # With `_store`, shared by the API's other modules (`posbias/schedules.py`, `posbias/store.py`).
+    # With `_store`, shared by the API's other modules (`posbias/schedules_api.py`, `posbias/store_api.py`).
     if settings is None:
         return environment.load_settings()
     given: Settings = edge.typed(settings, Settings, what="settings", kind="a posbias.Settings")
@@ -116,7 +116,7 @@ def load_questions(
     dataset: DatasetSpec | Mapping[str, Any] | None = None, *, settings: Settings | None = None
 ) -> QuestionPool:
     """The questions a dataset spec names (default: MMLU's test split, from the hub or POSBIAS_MMLU_DIR)."""
-    from posbias.service import datasets
+    from posbias.service.work import datasets
 
     spec = edge.dataset(dataset)
     found = _settings(settings)
@@ -129,7 +129,7 @@ def dataset_source(name: str) -> dict[str, str]:
     meant as a local file or folder (it exists, or starts or ends like a path, or is no hub id), even when it
     is missing, so that a typo is reported as a missing file rather than an unreachable hub; else
     `{"name": name}` (a hub id)."""
-    from posbias.service import datasets
+    from posbias.service.work import datasets
 
     name = edge.text(name, what="a dataset")
     return {"path" if datasets.looks_local(name) else "name": name}
@@ -150,7 +150,7 @@ def unchecked_overrides(spec: JobSpec, variant: Variant) -> list[str]:
 @edge.public
 def plan(spec: SpecLike, *, settings: Settings | None = None) -> Plan:
     """The trials and shards `spec` would run, with the questions they use (the same on any machine)."""
-    from posbias.service import submission
+    from posbias.service.work import submission
 
     return submission.prepare(_spec(spec), settings=_settings(settings)).plan
 
@@ -167,7 +167,7 @@ def dry_run(
     planned, total)` is called while a large plan is built, as for `submit`; `on_render(done, total)` as
     prompts are measured (a vLLM job's longest, as for `submit`, then those whose tokens it counts: one
     per filler length and batch size at least)."""
-    from posbias.service import submission
+    from posbias.service.work import submission
 
     settings = _settings(settings)
     prepared = submission.prepare(
@@ -192,7 +192,7 @@ def submit(
     spec, that job is returned and nothing is written. `on_progress(trials planned, total)` is called while
     a large plan is built; `on_render(done, total)` as a vLLM job's longest prompt is measured (one batch
     size at one filler length at a time)."""
-    from posbias.service import submission
+    from posbias.service.work import submission
 
     settings = _settings(settings)
     with _store(settings) as db:
@@ -225,8 +225,7 @@ def dispatch(
     The store and Ray are reached first: `on_ready` is called then, before any shard is leased, with the
     store as it may be shown (its URL without the password). `on_written` is called with each shard's
     result once it is stored."""
-    from posbias.service.dispatcher import Dispatcher
-    from posbias.service.ray_connect import init_ray
+    from posbias.service.dispatch import Dispatcher, init_ray
 
     if job_ids is not None:
         job_ids = [
@@ -260,8 +259,8 @@ def run(
 
     `on_submitted` is called once the job is in the queue, `on_written` with each shard's stored result
     (for progress). The outcome says how the job ended; a failed job is not an exception here."""
-    from posbias.service import submission
-    from posbias.service.ray_connect import init_ray
+    from posbias.service.dispatch import init_ray
+    from posbias.service.work import submission
 
     settings = _settings(settings)
     with _store(settings) as db:
@@ -444,7 +443,7 @@ def plot_curves(
     """Write `curves` at `path` (.png, .pdf or .svg), a line per curve labelled by what differs (batch
     size, filler, variant; `labels` instead), its pointwise 95% interval shaded and with `band` the
     simultaneous band lighter; chance dashed (`chance` when the curves lack it). Returns the path."""
-    from posbias.service import plot
+    from posbias.service.reports import plot
 
     out = edge.path(path, what="path")
     return plot.plot_curves(curves, path=out, labels=labels, title=title, band=band, chance=chance)
@@ -455,7 +454,7 @@ def plot_heatmap(curves: Sequence[Curve], *, path: str | Path, title: str | None
     """Write a heatmap at `path` (.png, .pdf or .svg): accuracy by filler length (rows) and position
     (columns), one panel per batch size, from the curves by position of a filler sweep (`curves(job)`, one
     per filler length). Returns the path."""
-    from posbias.service import plot
+    from posbias.service.reports import plot
 
     return plot.plot_heatmap(curves, path=edge.path(path, what="path"), title=title)
 
@@ -464,7 +463,7 @@ def plot_heatmap(curves: Sequence[Curve], *, path: str | Path, title: str | None
 def export_format(out: str | Path, format: str | None = None) -> str:
     """The format `export_results` would write `out` in: `format`, or the one `out`'s suffix names.
     `PosbiasError` when neither is csv or parquet (a check that needs no store)."""
-    from posbias.service import export
+    from posbias.service.reports import export
 
     return export.export_format(edge.path(out, what="out"), edge.format_name(format))
 
@@ -481,7 +480,7 @@ def export_results(
     """Write every result row of a job to `out` as CSV or Parquet (`format`, or from the suffix). An
     existing file is replaced only with `overwrite` (else `OutputExists`); a device or a pipe
     (`/dev/stdout`) is written to."""
-    from posbias.service import export
+    from posbias.service.reports import export
 
     job_id, path, format = edge.job_id(job_id), edge.path(out, what="out"), edge.format_name(format)
     with _store(_settings(settings), read_only=True) as db:

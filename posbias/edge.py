@@ -1,10 +1,10 @@
 """The edge of the public API: what every public function checks of its arguments, and the one error type
 it raises.
 
-A public function (`posbias/api.py`, `posbias/schedules.py`, `posbias/store.py`) refuses what the command
-refuses, before anything is opened: an id, a batch size or a limit out of the bounds the command's flags
-have, a value of the wrong type, a name that is no choice. Each is a `UsageError` (the command's exit code
-2). What fails later, a store, a file, the disk, is raised as a `PosbiasError` with the line the command
+A public function (`posbias/api.py`, `posbias/schedules_api.py`, `posbias/store_api.py`) refuses what the
+command refuses, before anything is opened: an id, a batch size or a limit out of the bounds the command's
+flags have, a value of the wrong type, a name that is no choice. Each is a `UsageError` (the command's exit
+code 2). What fails later, a store, a file, the disk, is raised as a `PosbiasError` with the line the command
 prints for it (`public`). Nothing else escapes but a bug, an interrupt, or the caller's own callback's
 exception.
 """
@@ -46,7 +46,7 @@ def public(function: Callable[P, R]) -> Callable[P, R]:
             raise
         except Exception as exc:
             # Imported here: the drivers' error types cost an import that most calls never need.
-            from posbias.service.store_errors import STORE_ERRORS, explain
+            from posbias.service.store import STORE_ERRORS, explain
 
             if isinstance(exc, STORE_ERRORS):
                 raise explain(exc, url=_store_url(kwargs.get("settings"))) from exc

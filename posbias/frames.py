@@ -33,7 +33,7 @@ def trial(job: int, trial: int, *, variant: str | None = None, settings: Setting
     its answer's sliding window reaches back, the raw output, and every answer's parse status, prediction,
     gold, correctness and option probabilities. With `variant`, the same trial as that variant answered it.
     `NotFoundError` when the job, the trial or the variant is not there."""
-    from posbias.service.trial_view import trial_detail
+    from posbias.service.reports import trial_detail
 
     job_id = edge.job_id(job)
     trial_id = edge.whole(trial, what="trial id", low=1, high=INT64_MAX)
@@ -51,11 +51,11 @@ def results(
     batch_size: int | None = None,
     settings: Settings | None = None,
 ) -> pd.DataFrame:
-    """Every answer of job `job` (optionally one variant, one batch size): one row per (trial, position),
-    with the job's model, the variant, the design and the filler as columns, typed as in `export_results`'s
-    Parquet file (`posbias.service.export.RESULT_COLUMNS`; integers that may be missing are pandas' `Int64`).
+    """Every answer of job `job` (optionally one variant, one batch size): one row per (trial, position), with
+    the job's model, the variant, the design and the filler as columns, typed as in `export_results`'s Parquet
+    file (`posbias.service.reports.export.RESULT_COLUMNS`; integers that may be missing are pandas' `Int64`).
     `NotFoundError` when there is no such job."""
-    from posbias.service import export
+    from posbias.service.reports import export
 
     with _store(_settings(settings), read_only=True) as db:
         table = export.results_table(
@@ -72,11 +72,11 @@ def trials(
     batch_size: int | None = None,
     settings: Settings | None = None,
 ) -> pd.DataFrame:
-    """Every trial of job `job` (optionally one variant, one batch size): one row per trial with its
-    status, prompt and output lengths, the model's raw output and its parsed and correct answers, with the
-    job's model, the variant, the design and the filler as columns (`posbias.service.export.TRIAL_COLUMNS`).
+    """Every trial of job `job` (optionally one variant, one batch size): one row per trial with its status,
+    prompt and output lengths, the model's raw output and its parsed and correct answers, with the job's
+    model, the variant, the design and the filler as columns (`posbias.service.reports.export.TRIAL_COLUMNS`).
     `NotFoundError` when there is no such job."""
-    from posbias.service import export
+    from posbias.service.reports import export
 
     with _store(_settings(settings), read_only=True) as db:
         table = export.trials_table(
@@ -89,7 +89,7 @@ def trials(
 def plot_format(path: str | Path) -> str:
     """The format a plot at `path` is written in (png, pdf or svg, from its suffix); `PosbiasError` naming
     the fix for any other (a check that needs nothing computed, made before the work)."""
-    from posbias.service import plot
+    from posbias.service.reports import plot
 
     return plot.plot_format(edge.path(path, what="path"))
 

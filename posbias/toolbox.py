@@ -15,7 +15,7 @@ def named_datasets(*, settings: Settings | None = None) -> list[DatasetInfo]:
     """The datasets `--dataset NAME` takes: hub id, split, option count, and the local copy this machine has
     (`POSBIAS_DATASETS_DIR`, `POSBIAS_MMLU_DIR`) with its size. The hub is not asked."""
     from posbias.api import load_settings
-    from posbias.service import dataset_catalog
+    from posbias.service.work import dataset_catalog
 
     found = settings or load_settings()
     return dataset_catalog.describe(mmlu_dir=found.mmlu_dir, datasets_dir=found.datasets_dir)
@@ -71,8 +71,8 @@ def serve_command(
     `workers.vllm_serve.ServeCommand`: its argv, environment and base URL), on the CPU build with the
     settings posbias's own engine uses there. `posbias serve` runs it."""
     from posbias.api import load_settings
-    from posbias.service.model_names import check_model_name
-    from posbias.service.placement import engine_device
+    from posbias.service.dispatch import engine_device
+    from posbias.service.work import check_model_name
     from posbias.workers.vllm_serve import serve_command as command
 
     found = settings or load_settings()

@@ -102,5 +102,5 @@ class EndpointReport(Record):
     token_bounds: dict[int, int] = Field(description="`token_bound` by batch size.")
     share_basis: dict[int, int] = Field(
         description="By batch size, its trials' tokens by the per-trial estimate that shards' shares of the "
-        "cost guard are measured in (`service/costs.py`)."
+        "cost guard are measured in (`service/work/costs.py`)."
     )

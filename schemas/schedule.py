@@ -81,7 +81,7 @@ class RegressionRule(Record):
     excludes zero; the intervals are simultaneous over everything a check looks at (each position, and
     blocks of a tenth, a fifth and a half of the positions, and all of them) and split by Bonferroni over
     the checks and batch sizes, so a checkpoint as good as its baseline is flagged with probability at most
-    1 - `confidence` in all. Matched trials are compared paired (service/comparison.py).
+    1 - `confidence` in all. Matched trials are compared paired (service/stats/comparison.py).
     """
 
     model_config = ConfigDict(allow_inf_nan=False)

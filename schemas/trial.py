@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from posbias.schemas.record import Record, records_frame
-from posbias.schemas.work import ParseStatus, TrialStatus
+from posbias.schemas.shard_work import ParseStatus, TrialStatus
 
 if TYPE_CHECKING:
     import pandas as pd

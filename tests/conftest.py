@@ -70,7 +70,7 @@ def ray_session() -> Iterator[None]:
     A test that dispatches in-process uses it; one that runs the CLI as a subprocess gets a Ray of its own."""
     import ray
 
-    from posbias.service.ray_connect import LOCAL_SYSTEM_CONFIG
+    from posbias.service.dispatch.ray_connect import LOCAL_SYSTEM_CONFIG
 
     if not ray.is_initialized():
         # Ray's settings as `posbias worker` starts it: the actors at this process's niceness.

@@ -27,8 +27,8 @@ from posbias.workers.engines import EngineDeclaration
 class ShardActor:
     """Holds one engine; `run` answers one shard, `run_many` several in one engine call.
 
-    Wrapped with `ray.remote` by `service/pools.py`, which sets its resources. The engine is loaded by
-    `load()` (so a loader error comes back as that call's error, not as a dead actor) and again lazily
+    Wrapped with `ray.remote` by `service/dispatch/pools.py`, which sets its resources. The engine is loaded
+    by `load()` (so a loader error comes back as that call's error, not as a dead actor) and again lazily
     after Ray restarts a crashed actor process.
     """
 
@@ -102,7 +102,7 @@ class ShardActor:
 
     def close(self) -> CloseReport:
         """Close the engine, so its processes end and free their GPU memory before the actor is ended
-        (`service/pools.py` calls this, then `ray.kill`). A later call would load the model again."""
+        (`service/dispatch/pools.py` calls this, then `ray.kill`). A later call would load the model again."""
         started = time.perf_counter()
         engine, self._engine = self._engine, None
         if engine is not None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from posbias.schemas import FillerSpec, PosbiasError, Trial
 from posbias.schemas.files import read_text
-from posbias.schemas.filler import MAX_FILLER_FILE_BYTES
+from posbias.schemas.filler_spec import MAX_FILLER_FILE_BYTES
 from posbias.workers.engine import Tokenizer
 from posbias.workers.tokenizer import CHARS_PER_TOKEN
 

@@ -5,10 +5,10 @@ answer sheet, which gives the option probabilities at every answer slot and, thr
 attention modules (`workers/hf_attention.py`), where each answer line's attention goes, per layer.
 
 The answer sheet (`engine.answer_sheet`) is `gold` (each question's correct option; the default) or `fixed`
-(option 1 everywhere) or `{job: N}`: what done job N (a vLLM job of the same trials) answered, read into
-each shard's `answers` when it is leased (`service/answer_sheets.py`), so that attention pairs with what the
-model actually did. Parsed like any answer, a sheet makes every result's `predicted` the sheet's option, so
-an `hf` job's accuracy says nothing about the model: its option probabilities and its attention do.
+(option 1 everywhere) or `{job: N}`: what done job N (a vLLM job of the same trials) answered, read into each
+shard's `answers` when it is leased (`service/work/answer_sheets.py`), so that attention pairs with what the
+model actually did. Parsed like any answer, a sheet makes every result's `predicted` the sheet's option, so an
+`hf` job's accuracy says nothing about the model: its option probabilities and its attention do.
 
 The layers come from the model that was built: each attention module's window (transformers 5 sets one per
 layer from `config.layer_types` for Gemma 2 and 3), checked by the mask canary (`workers/hf_canary.py`)

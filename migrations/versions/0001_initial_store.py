@@ -16,8 +16,8 @@ down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Frozen copies of the types in service/tables.py as of this revision (a migration must not change when the
-# application code does).
+# Frozen copies of the types in service/store/tables.py as of this revision (a migration must not change when
+# the application code does).
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Timestamp = sa.DateTime(timezone=True)
 
@@ -26,8 +26,8 @@ def _enum(name: str, *values: str) -> sa.Enum:
     return sa.Enum(*values, name=name, native_enum=False, create_constraint=True, length=16)
 
 
-# Wilson 95% interval, computed in SQL so any client (psql, sqlite3) gets it. z = 1.959963984540054.
-# SQLite builds without math functions get sqrt from service.database on connect; the sqlite3 shell has it
+# Wilson 95% interval, computed in SQL so any client (psql, sqlite3) gets it. z = 1.959963984540054. SQLite
+# builds without math functions get sqrt from service.store.database on connect; the sqlite3 shell has it
 # since 3.35 (check with `select sqrt(4);`).
 POSITION_CURVE = """
 CREATE VIEW position_curve AS
@@ -204,7 +204,7 @@ def upgrade() -> None:
         sa.Column("token_distance", sa.Integer(), nullable=True),
         sa.Column("gold_prob", sa.Double(), nullable=True),
         sa.Column("option_probs", sa.JSON(), nullable=True),
-        # No foreign keys here: see service/tables.py (Result).
+        # No foreign keys here: see service/store/tables.py (Result).
         sa.PrimaryKeyConstraint("trial_id", "position", name=op.f("pk_results")),
     )
     op.create_index(

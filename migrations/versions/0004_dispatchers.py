@@ -17,7 +17,7 @@ down_revision: str | Sequence[str] | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Frozen copies of the types in service/tables.py as of this revision.
+# Frozen copies of the types in service/store/tables.py as of this revision.
 Timestamp = sa.DateTime(timezone=True)
 
 

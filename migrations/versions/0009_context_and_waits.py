@@ -1,7 +1,7 @@
 """The engine's context with its source, and bounded waiting for a node.
 
-- `jobs` gain `context` (vLLM jobs: the `max_model_len` the engine starts with and where the number came
-  from, a `schemas.jobs.EngineContext`; NULL for other engines and for jobs stored before this revision).
+- `jobs` gain `context` (vLLM jobs: the `max_model_len` the engine starts with and where the number came from,
+  a `schemas.job_records.EngineContext`; NULL for other engines and for jobs stored before this revision).
 - `shards` gain `waits` (0 for the shards already there): times its model's actor waited past the placement
   timeout or was refused GPU memory; past `POSBIAS_PLACEMENT_WAITS` its job fails with the reason.
 

@@ -1,4 +1,4 @@
-"""`posbias schedule ...`: regression runs for new checkpoints (the API is `posbias/schedules.py`).
+"""`posbias schedule ...`: regression runs for new checkpoints (the API is `posbias/schedules_api.py`).
 
 A typer sub-app mounted by `posbias/cli/app.py`. It reads the same `Settings` (the parent's context object)
 and leaves errors to `errors.py`: `PosbiasError` is one line and exit 1, a usage error exit 2.

@@ -58,7 +58,7 @@ class Store:
 def store() -> Iterator[Store]:
     from support import postgres as throwaway_postgres
 
-    from posbias.service import migrate
+    from posbias.service.store import migrate
 
     with throwaway_postgres.running() as server:
         with psycopg.connect(

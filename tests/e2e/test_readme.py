@@ -22,8 +22,8 @@ from support.in_process import run_cli
 from typer.testing import CliRunner
 
 from posbias.cli.app import app
-from posbias.service import database
-from posbias.service.submission import SAMPLE_TRIALS
+from posbias.service.store import database
+from posbias.service.work.submission import SAMPLE_TRIALS
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -73,7 +73,7 @@ def test_every_readme_command_exists_with_its_flags(words: list[str]) -> None:
 def test_the_quoted_schema_revision_is_the_newest_migration(tmp_path: Path) -> None:
     """The README quotes what `posbias db upgrade` says of a fresh store: the line must be the command's own,
     its revision the newest migration (a new migration makes this fail until the README says so)."""
-    from posbias.service import schema_version
+    from posbias.service.store import schema_version
 
     quoted = [
         line

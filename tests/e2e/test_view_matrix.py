@@ -30,9 +30,10 @@ from support.postgres import PostgresServer
 
 import posbias
 from posbias.schemas import PosbiasError, ShardStatus, WorkerConfig
-from posbias.service import database, migrate, queue
 from posbias.service.settings import Settings
-from posbias.service.tables import Trial
+from posbias.service.store import database, migrate
+from posbias.service.store.tables import Trial
+from posbias.service.work import queue
 from posbias.workers.loader import load_engine
 from posbias.workers.shard import run_shard
 
@@ -513,7 +514,7 @@ def _view(m: Matrix, shape: str, view: str) -> None:
 
 
 def _viewer(m: Matrix, shape: str, view: str) -> None:
-    from posbias.service.viewer import Viewer, open_read_only
+    from posbias.service.reports.viewer import Viewer, open_read_only
 
     job_id, _ = _job(m, shape)
     targets = {
@@ -542,7 +543,7 @@ def _pair(m: Matrix, a: str, b: str, view: str) -> None:
             if seen.code == 0 and view == "compare-json":
                 _no_nan(seen.stdout)
     elif view == "viewer-compare":
-        from posbias.service.viewer import Viewer, open_read_only
+        from posbias.service.reports.viewer import Viewer, open_read_only
 
         with Viewer(open_read_only(m.url), cache_dir=m.folder / "cache") as viewer:
             status, _, body = viewer.route(f"/compare?a={job_a}&b={job_b}")
@@ -591,7 +592,7 @@ def test_every_pair_compares(matrix: Matrix, a: str, b: str, view: str) -> None:
 
 @pytest.mark.parametrize("view", STORE_VIEWS)
 def test_every_job_is_listed(matrix: Matrix, view: str) -> None:
-    from posbias.service.viewer import Viewer, open_read_only
+    from posbias.service.reports.viewer import Viewer, open_read_only
 
     if view == "status":
         listed = _no_nan(_cli(matrix, "status", "--json", "--limit", "1000").stdout)

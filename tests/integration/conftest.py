@@ -42,9 +42,10 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.service import database, jobs, migrate, planner
-from posbias.service.database import Database
 from posbias.service.settings import Settings
+from posbias.service.store import database, migrate
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, planner
 
 POSTGRES_TEMPLATE = "posbias_template"
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]

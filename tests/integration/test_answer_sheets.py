@@ -11,8 +11,8 @@ from support.job_runs import answer_every_shard
 
 from posbias.schemas import EngineOptions, PosbiasError, ShardSpec, Submitted
 from posbias.schemas.attention import SheetFromJob
-from posbias.service import queue
-from posbias.service.database import Database
+from posbias.service.store.database import Database
+from posbias.service.work import queue
 
 
 def test_the_sheet_is_the_named_done_jobs_answers_and_is_refused_otherwise(

@@ -34,9 +34,10 @@ from support.results import result_rows
 from support.tinymodels import tiny_model
 
 from posbias.schemas import Submitted
-from posbias.service import database, jobs, migrate
-from posbias.service.database import Database
-from posbias.service.tables import JobStatus, ShardStatus
+from posbias.service.store import database, migrate
+from posbias.service.store.database import Database
+from posbias.service.store.tables import JobStatus, ShardStatus
+from posbias.service.work import jobs
 
 BIN = Path(sys.executable).parent
 MakeJob = Callable[..., Submitted]

@@ -15,10 +15,13 @@ from support.designs import Window, check_trial
 from support.job_runs import dispatch
 
 from posbias.schemas import CurveAxis, CurveQuery, JobStatus, Submitted
-from posbias.service import curves, database, jobs, queries, shards
-from posbias.service.database import Database
+from posbias.service.reports import curves
 from posbias.service.settings import Settings
-from posbias.service.tables import Result, Shard, Trial
+from posbias.service.stats import queries
+from posbias.service.store import database
+from posbias.service.store.database import Database
+from posbias.service.store.tables import Result, Shard, Trial
+from posbias.service.work import jobs, shards
 from posbias.workers.fake_engine import FakeTokenizer
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -17,11 +17,11 @@ from support.results import expected_rows, result_rows
 from support.waiting import wait_for
 
 from posbias.schemas import Submitted
-from posbias.service import jobs
-from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
+from posbias.service.dispatch.dispatcher import Dispatcher
 from posbias.service.settings import Settings
-from posbias.service.tables import JobStatus, ShardStatus
+from posbias.service.store.database import Database
+from posbias.service.store.tables import JobStatus, ShardStatus
+from posbias.service.work import jobs
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -122,7 +122,7 @@ def test_a_model_that_fails_to_load_fails_its_job_and_others_carry_on(
 def test_two_dispatchers_on_one_postgres_queue_share_a_job_without_doubling(
     postgres_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:
-    from posbias.service import database
+    from posbias.service.store import database
 
     with database.connect(postgres_url) as db:
         # Both are polling before the job exists (however long each Ray takes to start), so each leases a
@@ -156,7 +156,7 @@ def _dispatchers(db: Database) -> int:
 def test_a_dispatcher_killed_mid_job_and_restarted_finishes_it(
     database_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:
-    from posbias.service import database
+    from posbias.service.store import database
 
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(3,), iterations=10, shard_size=1, fake={"delay_s": 0.3}).job_id
@@ -186,7 +186,7 @@ def test_the_engine_actors_run_at_the_niceness_posbias_was_started_with(
     one busy process at niceness 19 halved the engine's throughput at 15)."""
     import psutil
 
-    from posbias.service import database
+    from posbias.service.store import database
 
     def actors() -> list[psutil.Process]:
         found = []
@@ -216,7 +216,7 @@ def test_the_engine_actors_run_at_the_niceness_posbias_was_started_with(
 def test_sigterm_stops_leasing_finishes_in_flight_and_exits_cleanly(
     database_url: str, make_job: Callable[..., Submitted], tmp_path: Path
 ) -> None:
-    from posbias.service import database
+    from posbias.service.store import database
 
     with database.connect(database_url) as db:
         job = make_job(db, batch_sizes=(2,), iterations=30, shard_size=1, fake={"delay_s": 0.3}).job_id

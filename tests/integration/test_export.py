@@ -18,9 +18,10 @@ import pytest
 from support.job_runs import answer_every_shard
 
 from posbias.schemas import PosbiasError, ShardResult, Submitted
-from posbias.service import export, queries
-from posbias.service.database import Database
-from posbias.service.export import OutputExists, export_results
+from posbias.service.reports import export
+from posbias.service.reports.export import OutputExists, export_results
+from posbias.service.stats import queries
+from posbias.service.store.database import Database
 
 
 @pytest.fixture

@@ -37,12 +37,13 @@ from support.results import expected_rows, result_rows
 from support.waiting import wait_for
 
 from posbias.schemas import ShardResult, Submitted
-from posbias.service import database, jobs, migrate
-from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
+from posbias.service.dispatch.dispatcher import Dispatcher
 from posbias.service.settings import Settings
-from posbias.service.store_errors import StoreError
-from posbias.service.tables import JobStatus
+from posbias.service.store import database, migrate
+from posbias.service.store.database import Database
+from posbias.service.store.store_errors import StoreError
+from posbias.service.store.tables import JobStatus
+from posbias.service.work import jobs
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -361,7 +362,7 @@ def test_the_local_ray_a_killed_dispatcher_started_does_not_outlive_it(
         process = worker(sqlite_url, "local", tmp_path)
         wait_for(lambda: jobs.progress(db, job).trials_done > 0, timeout=120, what="the dispatcher to run")
         family = psutil.Process(process.pid).children(recursive=True)
-        reapers = [p for p in family if "posbias.service.reaper" in " ".join(p.cmdline())]
+        reapers = [p for p in family if "posbias.service.dispatch.reaper" in " ".join(p.cmdline())]
         ray_processes = [p for p in family if p not in reapers]
         assert len(reapers) == 1 and ray_processes, [p.cmdline()[:3] for p in family]
 

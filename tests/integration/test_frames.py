@@ -17,8 +17,8 @@ from support.job_runs import answer_every_shard
 
 import posbias
 from posbias.schemas import NotFoundError, ShardResult, Submitted
-from posbias.service import export
-from posbias.service.database import Database
+from posbias.service.reports import export
+from posbias.service.store.database import Database
 
 
 @pytest.fixture

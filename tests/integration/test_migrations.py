@@ -13,8 +13,8 @@ from alembic.runtime.migration import MigrationContext
 from support.ports import free_port
 
 from posbias.schemas import PosbiasError
-from posbias.service import database, database_url, migrate, schema_version, store_errors
-from posbias.service.tables import Base
+from posbias.service.store import database, database_url, migrate, schema_version, store_errors
+from posbias.service.store.tables import Base
 
 POSBIAS_TABLES = {"models", "jobs", "shards", "trials", "questions", "results", "curve_points"}
 

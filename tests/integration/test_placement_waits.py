@@ -11,10 +11,10 @@ import pytest
 from support.job_runs import dispatch
 
 from posbias.schemas import Submitted
-from posbias.service import jobs
-from posbias.service.database import Database
 from posbias.service.settings import Settings
-from posbias.service.tables import JobStatus
+from posbias.service.store.database import Database
+from posbias.service.store.tables import JobStatus
+from posbias.service.work import jobs
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

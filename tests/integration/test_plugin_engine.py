@@ -16,10 +16,10 @@ from support.job_runs import summary_of, worker_process
 from support.results import expected_rows, result_rows
 
 import posbias
-from posbias.service import jobs
-from posbias.service.database import Database
 from posbias.service.settings import Settings
-from posbias.service.tables import JobStatus
+from posbias.service.store.database import Database
+from posbias.service.store.tables import JobStatus
+from posbias.service.work import jobs
 from posbias.workers import engines
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -11,11 +11,11 @@ import ray
 import sqlalchemy as sa
 
 from posbias.schemas import ShardResult, ShardSpec, Submitted, WorkerConfig
-from posbias.service import jobs, queue
-from posbias.service.database import Database
-from posbias.service.placement import Placer
-from posbias.service.pools import ModelPools
-from posbias.service.tables import JobStatus
+from posbias.service.dispatch.placement import Placer
+from posbias.service.dispatch.pools import ModelPools
+from posbias.service.store.database import Database
+from posbias.service.store.tables import JobStatus
+from posbias.service.work import jobs, queue
 
 MakeJob = Callable[..., Submitted]
 Answer = Callable[..., ShardResult]

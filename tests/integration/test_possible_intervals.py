@@ -17,9 +17,10 @@ from support.job_runs import answer_every_shard
 
 from posbias.schemas import JobStatus
 from posbias.schemas.schedule import RegressionRule, Verdict
-from posbias.service import jobs, verdicts
-from posbias.service.database import Database
-from posbias.service.explain import MIN_CLUSTERS
+from posbias.service.schedules import verdicts
+from posbias.service.stats.explain import MIN_CLUSTERS
+from posbias.service.store.database import Database
+from posbias.service.work import jobs
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
 
@@ -194,7 +195,7 @@ def test_a_parse_collapse_at_the_end_of_the_sheet_fails_the_verdict_and_shows_in
 
 
 def test_explain_names_a_collapse_onto_one_option(sqlite_url: str, make_job: Any, tmp_path: Path) -> None:
-    from posbias.service import database
+    from posbias.service.store import database
 
     with database.connect(sqlite_url) as db:
         job = make_job(

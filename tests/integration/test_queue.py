@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from posbias.schemas import ConflictError, JobSpec, NotFoundError, QuestionPool, ShardResult, Submitted
-from posbias.service import jobs, planner, queue
-from posbias.service.database import Database, connect
-from posbias.service.tables import JobStatus, ShardStatus
+from posbias.service.store.database import Database, connect
+from posbias.service.store.tables import JobStatus, ShardStatus
+from posbias.service.work import jobs, planner, queue
 
 MakeJob = Callable[..., Submitted]
 Answer = Callable[..., ShardResult]

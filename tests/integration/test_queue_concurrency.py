@@ -26,9 +26,10 @@ from posbias.schemas import (
     TrialResult,
     TrialStatus,
 )
-from posbias.service import jobs, queries, queue
-from posbias.service.database import connect
-from posbias.service.tables import JobStatus, ShardStatus
+from posbias.service.stats import queries
+from posbias.service.store.database import connect
+from posbias.service.store.tables import JobStatus, ShardStatus
+from posbias.service.work import jobs, queue
 
 SHARDS = 1_000
 PROCESSES = 4

@@ -29,11 +29,12 @@ from posbias.schemas.attention import (
     MaskCanary,
 )
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import jobs, planner, queue, scheduler, schedules
-from posbias.service.checkpoints import FolderSource
-from posbias.service.database import Database
+from posbias.service.schedules import schedule_rows, scheduler
+from posbias.service.schedules.checkpoints import FolderSource
 from posbias.service.settings import Settings
-from posbias.service.tables import Job, Result, Shard, Trial
+from posbias.service.store.database import Database
+from posbias.service.store.tables import Job, Result, Shard, Trial
+from posbias.service.work import jobs, planner, queue
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
 
@@ -154,7 +155,7 @@ def _schedule(db: Database, settings: Settings, folder: Path) -> int:
         (folder / name / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
         (folder / name / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
     template = {"engine": {"name": "fake"}, "batch_sizes": [3], "iterations": 10}
-    schedules.add_schedule(
+    schedule_rows.add_schedule(
         db,
         "nightly",
         source=FolderSource(path=folder),
@@ -164,7 +165,7 @@ def _schedule(db: Database, settings: Settings, folder: Path) -> int:
         settings=settings,
     )
     scheduler.tick(db, settings=settings)
-    found = {c.name: c.job_id for c in schedules.list_checkpoints(db, "nightly")}
+    found = {c.name: c.job_id for c in schedule_rows.list_checkpoints(db, "nightly")}
     for job_id in found.values():
         assert job_id is not None
         chromium.finish_fake_job(db, job_id)

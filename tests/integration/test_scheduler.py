@@ -25,13 +25,16 @@ from support.job_runs import answer_every_shard, dispatch
 
 from posbias.schemas import ConflictError, NotFoundError, PosbiasError
 from posbias.schemas.schedule import RegressionRule, Verdict
-from posbias.service import database, jobs, schedule_report, scheduler, schedules
-from posbias.service.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
-from posbias.service.database import Database
+from posbias.service.reports import schedule_report
+from posbias.service.schedules import schedule_rows, scheduler
+from posbias.service.schedules.checkpoints import FolderSource, HubSource, incomplete_reason, scan_folder
+from posbias.service.schedules.verdicts import MIN_ANSWERS
+from posbias.service.schedules.webhook import MAX_ANNOUNCE_ATTEMPTS
 from posbias.service.settings import Settings
-from posbias.service.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus, Shard, Trial
-from posbias.service.verdicts import MIN_ANSWERS
-from posbias.service.webhook import MAX_ANNOUNCE_ATTEMPTS
+from posbias.service.store import database
+from posbias.service.store.database import Database
+from posbias.service.store.tables import Announcement, Checkpoint, HubRevisions, Job, JobStatus, Shard, Trial
+from posbias.service.work import jobs
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
 
@@ -56,7 +59,7 @@ def write_checkpoint(
     path = folder / name
     path.mkdir(parents=True, exist_ok=True)
     if hook is not None:
-        (path / schedules.FAKE_HOOK).write_text(json.dumps(hook))
+        (path / schedule_rows.FAKE_HOOK).write_text(json.dumps(hook))
     if config:
         (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     if weights:
@@ -73,8 +76,8 @@ def add(
     template: dict[str, Any] | None = None,
     baseline: str = "first",
     rule: RegressionRule = RULE,
-) -> schedules.ScheduleRecord:
-    return schedules.add_schedule(
+) -> schedule_rows.ScheduleRecord:
+    return schedule_rows.add_schedule(
         db,
         name,
         source=FolderSource(path=folder),
@@ -85,8 +88,8 @@ def add(
     )
 
 
-def by_name(db: Database, name: str = "nightly") -> dict[str, schedules.CheckpointRecord]:
-    return {c.name: c for c in schedules.list_checkpoints(db, name)}
+def by_name(db: Database, name: str = "nightly") -> dict[str, schedule_rows.CheckpointRecord]:
+    return {c.name: c for c in schedule_rows.list_checkpoints(db, name)}
 
 
 def run_inline(db: Database, job_id: int) -> None:
@@ -312,7 +315,7 @@ def test_previous_skips_a_checkpoint_in_error_and_waits_for_an_unfinished_baseli
     assert detail is not None and detail.baseline_checkpoint == "ckpt-1"
 
 
-def _job(checkpoint: schedules.CheckpointRecord) -> int:
+def _job(checkpoint: schedule_rows.CheckpointRecord) -> int:
     assert checkpoint.job_id is not None
     return checkpoint.job_id
 
@@ -428,7 +431,7 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
 ) -> None:
     hub = StubHub()
     hub.commits = [sha(3), sha(2), sha(1)]
-    schedules.add_schedule(
+    schedule_rows.add_schedule(
         db,
         "hub",
         source=HubSource(repo="org/model"),
@@ -451,8 +454,8 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
     hub.error = ConnectionError("connection refused")
     unreachable = scheduler.tick(db, settings=settings, hub=hub).schedules[0]
     assert unreachable.problem is not None and unreachable.problem.startswith("hub unreachable")
-    assert schedules.get_schedule(db, "hub").last_error == unreachable.problem
-    assert len(schedules.list_checkpoints(db, "hub")) == 3  # nothing lost
+    assert schedule_rows.get_schedule(db, "hub").last_error == unreachable.problem
+    assert len(schedule_rows.list_checkpoints(db, "hub")) == 3  # nothing lost
 
     # The real client, offline: the same record, and a folder schedule in the same tick carries on.
     import huggingface_hub.constants
@@ -469,7 +472,7 @@ def test_hub_commits_from_the_head_on_and_an_unreachable_hub(
 def test_hub_branches_are_checkpoints_in_step_order(db: Database, settings: Settings) -> None:
     hub = StubHub()
     hub.branches = [("main", sha(9)), ("step10", sha(2)), ("step2", sha(1))]
-    schedules.add_schedule(
+    schedule_rows.add_schedule(
         db,
         "pythia",
         source=HubSource(repo="org/pythia", revisions=HubRevisions.branches),
@@ -480,7 +483,7 @@ def test_hub_branches_are_checkpoints_in_step_order(db: Database, settings: Sett
     )
     done = scheduler.tick(db, settings=settings, hub=hub).schedules[0]
     assert done.discovered == ["step2", "step10"]
-    assert [(c.name, c.revision) for c in schedules.list_checkpoints(db, "pythia")] == [
+    assert [(c.name, c.revision) for c in schedule_rows.list_checkpoints(db, "pythia")] == [
         ("step2", sha(1)),
         ("step10", sha(2)),
     ]
@@ -529,7 +532,7 @@ def test_checkpoints_sort_by_trailing_step_then_name(
         "checkpoint-10",
         "checkpoint-final",
     ]
-    assert [c.step for c in schedules.list_checkpoints(db, "nightly")] == [2, 2, 10, None]
+    assert [c.step for c in schedule_rows.list_checkpoints(db, "nightly")] == [2, 2, 10, None]
 
 
 def test_pause_stops_discovery_and_remove_forgets_the_schedule_but_not_its_jobs(
@@ -539,16 +542,16 @@ def test_pause_stops_discovery_and_remove_forgets_the_schedule_but_not_its_jobs(
     write_checkpoint(folder, "p-1")
     add(db, settings, folder, template=SMALL)
     scheduler.tick(db, settings=settings)
-    assert schedules.set_paused(db, "nightly", paused=True).paused
+    assert schedule_rows.set_paused(db, "nightly", paused=True).paused
     write_checkpoint(folder, "p-2")
     run_inline(db, _job(by_name(db)["p-1"]))
     paused = scheduler.tick(db, settings=settings).schedules[0]
     assert paused.paused and paused.discovered == [] and [s.checkpoint for s in paused.settled] == ["p-1"]
 
-    schedules.set_paused(db, "nightly", paused=False)
+    schedule_rows.set_paused(db, "nightly", paused=False)
     assert scheduler.tick(db, settings=settings).schedules[0].discovered == ["p-2"]
-    assert schedules.remove_schedule(db, "nightly") == 2
-    assert schedules.list_schedules(db) == [] and count_jobs(db) == 2
+    assert schedule_rows.remove_schedule(db, "nightly") == 2
+    assert schedule_rows.list_schedules(db) == [] and count_jobs(db) == 2
     with pytest.raises(NotFoundError, match="no schedule 'nightly'"):
         scheduler.tick(db, settings=settings, name="nightly")
 

@@ -14,12 +14,13 @@ import sqlalchemy as sa
 from support.job_runs import answer_every_shard
 
 from posbias.schemas import NotFoundError, ShardResult, Submitted
-from posbias.service import jobs, queries, queue
-from posbias.service.database import Database
-from posbias.service.database_url import normalise_url
-from posbias.service.intervals import wilson_interval
-from posbias.service.queries import PositionCount
-from posbias.service.tables import JobStatus, ShardStatus
+from posbias.service.stats import queries
+from posbias.service.stats.intervals import wilson_interval
+from posbias.service.stats.queries import PositionCount
+from posbias.service.store.database import Database
+from posbias.service.store.database_url import normalise_url
+from posbias.service.store.tables import JobStatus, ShardStatus
+from posbias.service.work import jobs, queue
 
 MakeJob = Callable[..., Submitted]
 Answer = Callable[..., ShardResult]

@@ -10,8 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from posbias.schemas import ParseStatus, QuestionResult, ResultColumns, ShardResult, Submitted
-from posbias.service import queue, store
-from posbias.service.database import Database
+from posbias.service.store import rows
+from posbias.service.store.database import Database
+from posbias.service.work import queue
 
 MakeJob = Callable[..., Submitted]
 Answer = Callable[..., ShardResult]
@@ -115,7 +116,7 @@ def test_the_store_still_refuses_a_parse_status_it_does_not_know_after_writing_r
     (lease,) = queue.lease(db, owner="w1", limit=1, lease_seconds=60)
     result = answer(lease.shard)
     with db.write() as session:
-        written = store.write_results(session, {result.shard_id: result})
+        written = rows.write_results(session, {result.shard_id: result})
         trial_id = next(iter(written.trials[result.shard_id].values())).id
         with pytest.raises(sa.exc.IntegrityError), session.begin_nested():
             session.execute(

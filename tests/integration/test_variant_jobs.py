@@ -12,12 +12,14 @@ from support.job_runs import answer_every_shard
 
 from posbias.schemas import ConflictError, CurveAxis, CurveQuery, NotFoundError, ShardResult, Submitted
 from posbias.schemas.schedule import RegressionRule, Verdict
-from posbias.service import curves, jobs, verdicts
-from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
-from posbias.service.plot import plot_curves
+from posbias.service.dispatch.dispatcher import Dispatcher
+from posbias.service.reports import curves
+from posbias.service.reports.plot import plot_curves
+from posbias.service.schedules import verdicts
 from posbias.service.settings import Settings
-from posbias.service.tables import JobStatus
+from posbias.service.store.database import Database
+from posbias.service.store.tables import JobStatus
+from posbias.service.work import jobs
 
 Answer = Callable[..., ShardResult]
 

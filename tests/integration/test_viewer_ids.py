@@ -9,8 +9,8 @@ from http import HTTPStatus
 from pathlib import Path
 
 from posbias.schemas import Submitted
-from posbias.service import database
-from posbias.service.viewer import Viewer, open_read_only
+from posbias.service.reports.viewer import Viewer, open_read_only
+from posbias.service.store import database
 
 FULL_WIDTH_2 = "\uff12"
 SUPERSCRIPT_2 = "\u00b2"

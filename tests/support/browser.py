@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from posbias.schemas import JobSpec, Question, QuestionPool
-from posbias.service import jobs, planner, queue
-from posbias.service.database import Database
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, planner, queue
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard
 

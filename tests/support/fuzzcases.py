@@ -1340,8 +1340,8 @@ def store_sql(mmlu_dir: Path) -> str:
     import tempfile
 
     import posbias.api as api
-    from posbias.service import migrate
     from posbias.service.settings import Settings
+    from posbias.service.store import migrate
 
     with tempfile.TemporaryDirectory(prefix="posbias-fuzz-store-") as folder:
         url = f"sqlite:///{folder}/store.db"
@@ -1362,8 +1362,8 @@ def store_sql(mmlu_dir: Path) -> str:
 def prepare_store(url: str, *, mmlu_dir: Path, cache_dir: Path) -> int:
     """Migrate the store at `url` and submit one small fake-engine job (queued, no results); its id."""
     import posbias.api as api
-    from posbias.service import migrate
     from posbias.service.settings import Settings
+    from posbias.service.store import migrate
 
     migrate.upgrade(url)
     settings = Settings(database_url=url, mmlu_dir=mmlu_dir, cache_dir=cache_dir)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from posbias.schemas import DispatchSummary, ShardResult
-from posbias.service import queue
-from posbias.service.database import Database
-from posbias.service.dispatcher import Dispatcher
+from posbias.service.dispatch.dispatcher import Dispatcher
 from posbias.service.settings import Settings
+from posbias.service.store.database import Database
+from posbias.service.work import queue
 
 
 def dispatch(db: Database, settings: Settings, **run: Any) -> DispatchSummary:

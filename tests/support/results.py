@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from posbias.service import jobs
-from posbias.service.database import Database
+from posbias.service.store.database import Database
+from posbias.service.work import jobs
 
 
 def result_rows(db: Database, job_id: int) -> tuple[int, int]:

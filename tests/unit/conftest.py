@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from posbias.schemas import DatasetSpec, Question, QuestionPool
-from posbias.service.datasets import load_questions, question_id
+from posbias.service.work.datasets import load_questions, question_id
 
 
 @pytest.fixture(scope="session")

@@ -10,13 +10,14 @@ import pytest
 
 from posbias.schemas import Curve, FakeCollapse, FakeSpec, Interval, PosbiasError
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import comparison, options, verdicts
-from posbias.service.bootstrap import single
-from posbias.service.intervals import bounded_interval, clustered_interval, points, wilson_interval
-from posbias.service.position_curve import build_curve, distance_curve
-from posbias.service.regression import position_regression
-from posbias.service.shape_test import shape_test
-from posbias.service.trial_data import DistanceRow, ResultRow, TrialData, TrialRow
+from posbias.service.schedules import verdicts
+from posbias.service.stats import comparison, options
+from posbias.service.stats.bootstrap import single
+from posbias.service.stats.intervals import bounded_interval, clustered_interval, points, wilson_interval
+from posbias.service.stats.position_curve import build_curve, distance_curve
+from posbias.service.stats.regression import position_regression
+from posbias.service.stats.shape_test import shape_test
+from posbias.service.stats.trial_data import DistanceRow, ResultRow, TrialData, TrialRow
 from posbias.workers.fake_engine import latent_correct, option_probs, with_prior
 
 

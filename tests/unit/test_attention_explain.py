@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from posbias.schemas import LayerKind
-from posbias.service.attention_explain import Scored, auroc_interval, pooled_auroc, summarise
+from posbias.service.stats.attention_explain import Scored, auroc_interval, pooled_auroc, summarise
 
 WINDOW = 8
 

@@ -113,7 +113,7 @@ def test_every_name_of_the_schemas_resolves_to_its_definition() -> None:
 
     for name in schemas.__all__:
         value = getattr(schemas, name)
-        home = importlib.import_module(f"posbias.schemas.{schemas._HOMES[name]}")
+        home = importlib.import_module(schemas._HOMES[name])
         assert getattr(home, name) is value, name
         if isinstance(value, type):
             assert value.__module__ == home.__name__, f"{name} is defined in {value.__module__}"

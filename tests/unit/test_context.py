@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from posbias.schemas import JobSpec, PosbiasError, QuestionPool
-from posbias.service.context import MIN_CONTEXT, context_for, longest_prompt
-from posbias.service.planner import plan
+from posbias.service.work.context import MIN_CONTEXT, context_for, longest_prompt
+from posbias.service.work.planner import plan
 from posbias.workers.fake_engine import FakeTokenizer
 from posbias.workers.prompts import render_trial
 

@@ -38,8 +38,9 @@ from support.power import DOUBLED, NARROW, Sizing, at, sizing
 
 from posbias.schemas import FakeSpec, Interval
 from posbias.schemas.schedule import RegressionRule
-from posbias.service import comparison, position_curve, verdicts
-from posbias.service.trial_data import TrialData
+from posbias.service.schedules import verdicts
+from posbias.service.stats import comparison, position_curve
+from posbias.service.stats.trial_data import TrialData
 
 FAST = {"resamples": 400}
 """Fewer resamples than the CLI's 2,000: enough for a 95% interval's ends, and five times faster."""

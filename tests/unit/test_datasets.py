@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub import constants
 
 from posbias.schemas import DatasetSpec, JobSpec, PosbiasError, QuestionPool
-from posbias.service.datasets import check_pool, load_questions, question_id
+from posbias.service.work.datasets import check_pool, load_questions, question_id
 
 
 def test_both_mmlu_layouts_load_the_same_questions(mmlu_dir: Path, mmlu_pool: QuestionPool) -> None:
@@ -149,7 +149,7 @@ def test_offline_hub_fails_with_the_fix(tmp_path: Path) -> None:
     # HF_HUB_OFFLINE is read when the hub client is imported, so this runs in a fresh interpreter.
     script = (
         "from schemas import DatasetSpec, PosbiasError\n"
-        "from service.datasets import load_questions\n"
+        "from service.work.datasets import load_questions\n"
         "try:\n"
         "    load_questions(DatasetSpec(), mmlu_dir=None)\n"
         "except PosbiasError as exc:\n"
@@ -315,7 +315,7 @@ def test_other_layouts_are_refused_naming_the_column_and_the_layouts_read(
 
 
 def test_a_local_looking_path_that_is_missing_is_a_missing_file_not_the_hub(tmp_path: Path) -> None:
-    from posbias.service.datasets import looks_local
+    from posbias.service.work.datasets import looks_local
 
     for name in ("./questions.csv", "data/questions.jsonl", "/no/such/folder", "~/nothing-here", "a/b/c"):
         assert looks_local(name), name

@@ -24,7 +24,7 @@ from posbias.schemas import (
     QuestionPool,
     Trial,
 )
-from posbias.service import planner, submission
+from posbias.service.work import planner, submission
 from posbias.workers.engine import GenerationRequest
 from posbias.workers.fake_engine import FakeEngine, FakeTokenizer
 from posbias.workers.filler import BUILTIN_TEXT, filler_text
@@ -366,7 +366,7 @@ def test_the_fake_answers_in_the_order_asked_and_a_probe_once(make_pool) -> None
 
 
 def _shard(spec: JobSpec, plan):  # type: ignore[no-untyped-def]
-    from posbias.service.shards import shard_spec
+    from posbias.service.work.shards import shard_spec
 
     return shard_spec(spec, job_id=1, shard_id=1, trials=plan.trials, questions=plan.questions)
 

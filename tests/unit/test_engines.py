@@ -12,11 +12,11 @@ import pytest
 from support import toy_engine
 
 from posbias.schemas import EngineName, JobSpec, PosbiasError, QuestionPool, WorkerConfig
-from posbias.service.placement import Placer
-from posbias.service.planner import plan
+from posbias.service.dispatch.placement import Placer
 from posbias.service.settings import Settings
-from posbias.service.shards import shard_spec
-from posbias.service.submission import prepare
+from posbias.service.work.planner import plan
+from posbias.service.work.shards import shard_spec
+from posbias.service.work.submission import prepare
 from posbias.workers import engines
 from posbias.workers.engines.registry import BUILT_IN
 from posbias.workers.loader import load_engine

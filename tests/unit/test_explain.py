@@ -37,7 +37,7 @@ from support.power import DOUBLED, NARROW, Sizing, at
 
 from posbias.schemas import FakeSpec, Interval, ModelInfo
 from posbias.schemas.explanation import Effect, Explanation
-from posbias.service.explain import explain_curve
+from posbias.service.stats.explain import explain_curve
 
 EFFECTS = {"question_effect": 0.3, "prompt_effect": 0.15}
 WINDOW = 600
@@ -385,7 +385,7 @@ def test_the_graph_procedure_with_holms_graph_is_holm() -> None:
     (A few cases per family size: `multipletests` costs about 25 ms a call here.)"""
     from statsmodels.stats.multitest import multipletests
 
-    from posbias.service.explain import _graph_adjusted
+    from posbias.service.stats.explain import _graph_adjusted
 
     rng = np.random.default_rng(0)
     for m in (1, 2, 3, 4):

@@ -14,7 +14,7 @@ import posbias
 from posbias.schemas import UsageError
 from posbias.schemas.attention import SheetFromJob
 from posbias.schemas.ids import ID_MAX, parse_id
-from posbias.service.schedules import parse_baseline
+from posbias.service.schedules.schedule_rows import parse_baseline
 
 FULL_WIDTH_2 = "\uff12"
 ARABIC_INDIC_3 = "\u0663"

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from posbias.schemas import NAMED_DATASETS, DatasetSpec, JobSpec, PosbiasError
-from posbias.service.dataset_catalog import describe
-from posbias.service.datasets import load_questions
+from posbias.service.work.dataset_catalog import describe
+from posbias.service.work.datasets import load_questions
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

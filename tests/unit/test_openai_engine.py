@@ -19,7 +19,7 @@ from posbias.schemas import (
     Question,
     QuestionPool,
 )
-from posbias.service import costs, planner
+from posbias.service.work import costs, planner
 from posbias.workers.endpoint_answer import answer_schema, generation_from, sheet_from_json
 from posbias.workers.endpoint_session import _backoff, _retry_after, scrub
 from posbias.workers.parsing import parse_answers

@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError
 import pytest
 
 from posbias.schemas import EngineName, JobSpec, PosbiasError, ShardSpec
-from posbias.service.placement import Device, Placer, engine_device
+from posbias.service.dispatch.placement import Device, Placer, engine_device
 from posbias.workers.models import demo_model_path, gguf_context_length
 from posbias.workers.vllm_start import _memory_refusal
 
@@ -41,7 +41,7 @@ def test_auto_without_vllm_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> 
     def missing(name: str) -> str:
         raise PackageNotFoundError(name)
 
-    monkeypatch.setattr("posbias.service.placement.version", missing)
+    monkeypatch.setattr("posbias.service.dispatch.placement.version", missing)
     with pytest.raises(PosbiasError, match="set POSBIAS_DEVICE=gpu or POSBIAS_DEVICE=cpu"):
         engine_device("auto")
 

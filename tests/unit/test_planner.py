@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from posbias.schemas import Design, JobSpec, PosbiasError, QuestionPool, RotationCostWarning, ShardSpec
-from posbias.service.planner import QUESTIONS_PER_SHARD, plan
-from posbias.service.shards import shard_spec
+from posbias.service.work.planner import QUESTIONS_PER_SHARD, plan
+from posbias.service.work.shards import shard_spec
 
 PoolFactory = Callable[..., QuestionPool]
 
@@ -181,7 +181,7 @@ def test_measuring_the_longest_prompt_reports_each_filler_length_and_batch_size(
     make_pool: PoolFactory,
 ) -> None:
     """What submit shows while it sizes a vLLM job's context: one group per batch size and filler length."""
-    from posbias.service.context import longest_prompt
+    from posbias.service.work.context import longest_prompt
     from posbias.workers.fake_engine import FakeTokenizer
 
     spec = _spec(batch_sizes=[2, 3], iterations=1, filler={"tokens": list(range(0, 300, 10))})

@@ -12,7 +12,7 @@ import pytest
 from matplotlib.collections import PolyCollection
 
 from posbias.schemas import Curve, CurvePoint, PosbiasError
-from posbias.service import plot
+from posbias.service.reports import plot
 
 
 def _curve(

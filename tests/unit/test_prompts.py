@@ -19,8 +19,8 @@ from posbias.schemas import (
     QuestionPool,
     Trial,
 )
-from posbias.service.datasets import question_id
-from posbias.service.planner import plan
+from posbias.service.work.datasets import question_id
+from posbias.service.work.planner import plan
 from posbias.workers.fake_engine import CHAT_TEMPLATE, FakeTokenizer
 from posbias.workers.prompts import answer_regex, option_labels, options_phrase, render, render_trial
 

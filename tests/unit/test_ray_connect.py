@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from posbias.schemas import PosbiasError
-from posbias.service import ray_connect
+from posbias.service.dispatch import ray_connect
 from posbias.service.settings import Settings
 
 CLIENT = Settings(ray_address="ray://head:10001")

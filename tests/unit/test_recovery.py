@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from posbias.schemas import JobSpec, QuestionPool, WorkerConfig
-from posbias.service.planner import plan
-from posbias.service.position_curve import build_curve
-from posbias.service.shards import shard_spec
-from posbias.service.trial_data import TrialData
+from posbias.service.stats.position_curve import build_curve
+from posbias.service.stats.trial_data import TrialData
+from posbias.service.work.planner import plan
+from posbias.service.work.shards import shard_spec
 from posbias.workers.loader import load_engine
 from posbias.workers.shard import run_shard
 

@@ -8,7 +8,7 @@ import sys
 
 from alembic.script import ScriptDirectory
 
-from posbias.service import migrate, schema_version
+from posbias.service.store import migrate, schema_version
 
 
 def test_revisions_read_from_the_scripts_are_alembics() -> None:

@@ -17,8 +17,8 @@ from posbias.schemas import (
     ShardSpec,
     TrialStatus,
 )
-from posbias.service.planner import plan
-from posbias.service.shards import shard_spec
+from posbias.service.work.planner import plan
+from posbias.service.work.shards import shard_spec
 from posbias.workers.fake_engine import FakeEngine, FakeTokenizer
 from posbias.workers.prompts import render_trial
 from posbias.workers.shard import run_shard

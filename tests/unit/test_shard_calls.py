@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from posbias.schemas import JobSpec, QuestionPool, ShardResult, ShardSpec, WorkerConfig
-from posbias.service.planner import plan
-from posbias.service.shards import shard_spec
+from posbias.service.work.planner import plan
+from posbias.service.work.shards import shard_spec
 from posbias.workers.actor import ShardActor, ShardFailure
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard, run_shards

@@ -13,9 +13,9 @@ import pytest
 
 from posbias.schemas import DatasetSpec, JobSpec, PosbiasError
 from posbias.schemas.files import read_bytes, read_text
-from posbias.service import submission
-from posbias.service.checkpoints import incomplete_reason, scan_folder
-from posbias.service.datasets import load_questions
+from posbias.service.schedules.checkpoints import incomplete_reason, scan_folder
+from posbias.service.work import submission
+from posbias.service.work.datasets import load_questions
 from posbias.workers.models import check_model_source
 
 pytestmark = pytest.mark.timeout(20)

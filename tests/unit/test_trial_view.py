@@ -26,9 +26,10 @@ from posbias.schemas import (
     ShardSpec,
     TrialView,
 )
-from posbias.service import database, jobs, migrate, planner, queue
-from posbias.service.database import Database
-from posbias.service.trial_view import trial_detail
+from posbias.service.reports.trial_view import trial_detail
+from posbias.service.store import database, migrate
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, planner, queue
 from posbias.workers.engine import Generation, GenerationRequest
 from posbias.workers.fake_engine import FakeEngine
 from posbias.workers.shard import run_shard

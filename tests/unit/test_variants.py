@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 import posbias
 from posbias.schemas import JobSpec, LayerConfig, PosbiasError, QuestionPool, Variant, parse_intervention
-from posbias.service import planner
+from posbias.service.work import planner
 from posbias.workers import variants
 
 PoolFactory = Callable[..., QuestionPool]

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from posbias.service.schedules.webhook import _http_problem, post_json
 from posbias.service.settings import Settings, SettingsError
-from posbias.service.webhook import _http_problem, post_json
 
 
 @pytest.fixture

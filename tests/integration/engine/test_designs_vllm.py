@@ -16,9 +16,9 @@ from sqlalchemy import select
 from support.designs import Window, check_trial
 
 from posbias.schemas import JobStatus, ParseStatus, Submitted
-from posbias.service import jobs, queue
-from posbias.service.database import Database
-from posbias.service.tables import Result, Trial
+from posbias.service.store.database import Database
+from posbias.service.store.tables import Result, Trial
+from posbias.service.work import jobs, queue
 from posbias.workers.shard import run_shards
 from posbias.workers.vllm_engine import VllmEngine
 

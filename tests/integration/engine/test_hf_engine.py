@@ -28,10 +28,10 @@ from posbias.schemas import (
     Submitted,
     WorkerConfig,
 )
-from posbias.service import jobs, planner
-from posbias.service.database import Database
 from posbias.service.settings import Settings
-from posbias.service.shards import shard_spec
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, planner
+from posbias.service.work.shards import shard_spec
 from posbias.workers import variants
 from posbias.workers.hf_canary import attention_maps, canary_ids, run_canary
 from posbias.workers.hf_engine import HfEngine
@@ -126,8 +126,9 @@ def test_prompts_are_vllms_token_for_token_and_the_option_probabilities_agree(
 def test_a_shards_answers_are_the_sheet_and_a_missing_position_is_gold(
     hf_gemma2: HfEngine, tiny_gemma2_dir: Path, pool: Any
 ) -> None:
-    # `engine.answer_sheet: {job: N}` puts job N's answers on each leased shard (service/answer_sheets.py);
-    # the engine teacher-forces them, and the gold answer where job N did not parse one.
+    # `engine.answer_sheet: {job: N}` puts job N's answers on each leased shard
+    # (service/work/answer_sheets.py); the engine teacher-forces them, and the gold answer where job N did not
+    # parse one.
     [shard] = shards_of(tiny_gemma2_dir, pool, engine={"name": "hf", "answer_sheet": {"job": 1}})[:1]
     trial = shard.trials[0]
     gold = [shard.questions[q].answer for q in trial.question_ids]

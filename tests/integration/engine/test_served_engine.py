@@ -20,9 +20,10 @@ from support.vllmserve import VllmServer, vllm_serve
 
 import posbias.api as api
 from posbias.schemas import EngineName, JobSpec, JobStatus, TrialResult
-from posbias.service import database, queries
 from posbias.service.settings import Settings
-from posbias.service.shards import shard_spec
+from posbias.service.stats import queries
+from posbias.service.store import database
+from posbias.service.work.shards import shard_spec
 from posbias.workers.shard import run_shard
 from posbias.workers.vllm_engine import VllmEngine
 

@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import select
 
 from posbias.schemas import Submitted
-from posbias.service import database, queue
-from posbias.service.tables import Trial
-from posbias.service.trial_view import trial_detail
+from posbias.service.reports.trial_view import trial_detail
+from posbias.service.store import database
+from posbias.service.store.tables import Trial
+from posbias.service.work import queue
 from posbias.workers.shard import run_shards
 from posbias.workers.vllm_engine import VllmEngine
 

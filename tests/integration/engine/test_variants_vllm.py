@@ -27,9 +27,12 @@ from posbias.schemas import (
     Variant,
     WorkerConfig,
 )
-from posbias.service import curves, jobs, queries, queue, store, submission
-from posbias.service.database import Database
+from posbias.service.reports import curves
 from posbias.service.settings import Settings
+from posbias.service.stats import queries
+from posbias.service.store import rows
+from posbias.service.store.database import Database
+from posbias.service.work import jobs, queue, submission
 from posbias.workers import variants
 from posbias.workers.engine import Engine
 from posbias.workers.loader import load_engine
@@ -261,4 +264,4 @@ def test_a_job_of_two_variants_runs_and_compares_paired(
 
 
 def json_key(overrides: dict[str, Any]) -> str:
-    return store.overrides_key(overrides)
+    return rows.overrides_key(overrides)

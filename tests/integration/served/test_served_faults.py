@@ -16,8 +16,8 @@ from support.fakeendpoint import KEY_ENV, MODEL, FakeEndpoint, estimated_tokens,
 
 import posbias.api as api
 from posbias.schemas import JobStatus, PosbiasError
-from posbias.service import database
 from posbias.service.settings import Settings
+from posbias.service.store import database
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

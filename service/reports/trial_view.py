@@ -1,0 +1,308 @@
+"""One trial behind a number: the prompt it sent, where each question sits in it, its raw output and what was
+made of every answer (`posbias trial`, the report's and the viewer's trial pages).
+
+Prompts are not stored: a trial's prompt is a pure function of what is (the job's spec, the trial's plan,
+its questions) and of the model's tokenizer and chat template, so it is rendered again here by the very
+function the worker used (`workers.prompts.render_trial`). Storing every prompt would cost more than all of
+a job's results (a 50-question prompt is about 5,000 tokens); rebuilding it costs one tokenizer load. What
+keeps the rebuilt prompt honest is what the worker did store when it sent the trial: the prompt's length in
+tokens, each question's token span, the filler's span. `TrialView.check` compares every one of them, and a
+tokenizer or template that changed since shows up there as a difference, never as a silently other prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from posbias.schemas import (
+    JobSpec,
+    NotFoundError,
+    ParseStatus,
+    PosbiasError,
+    Question,
+    Trial,
+    one_line,
+)
+from posbias.schemas.trial import AnswerView, PromptCheck, PromptSource, QuestionSpan, TrialView
+from posbias.service.settings import Settings
+from posbias.service.store import not_found, tables
+from posbias.service.work import load_spec
+from posbias.workers.engine import Tokenizer
+from posbias.workers.engines import declared
+from posbias.workers.prompts import RenderedPrompt, RenderedQuestion, render_trial
+
+
+def trial_detail(
+    session: Session,
+    job_id: int,
+    trial_id: int,
+    *,
+    variant: str | None = None,
+    tokenizer: Tokenizer | None = None,
+    cache_dir: str | Path | None = None,
+) -> TrialView:
+    """Trial `trial_id` of job `job_id` as sent, answered and scored; with `variant`, the matched trial of
+    that variant of the job (the same questions in the same places; a job's variants answer the same
+    trials). The prompt is rendered with `tokenizer`, else the model's own when it is on this machine
+    (`cache_dir`, by default the settings' default, holds converted GGUF models), else without token ids
+    (`PromptSource.text_only`).
+
+    `NotFoundError` when the job, the trial or the variant is not there.
+    """
+    job = session.get(tables.Job, job_id)
+    if job is None:
+        raise not_found(job_id)
+    row = session.get(tables.Trial, trial_id)
+    if row is None or row.job_id != job_id:
+        raise NotFoundError(
+            f"job {job_id} has no trial {trial_id}: its trial ids are the trial_id column of "
+            f"`posbias export {job_id}` (or posbias.trials({job_id}))"
+        )
+    spec = load_spec(job.spec)
+    names = [run.name for run in spec.runs]
+    if variant is not None and variant != row.variant:
+        if variant not in names:
+            raise NotFoundError(f"job {job_id} has no variant {variant!r}; its variants: {', '.join(names)}")
+        row = _matched(session, row, variant=variant)
+    trial = _trial(row)
+    questions = _questions(session, trial.question_ids)
+    if tokenizer is None:
+        tokenizer = _tokenizer(spec, cache_dir=cache_dir)
+    rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
+    results = {
+        r.position: r
+        for r in session.scalars(
+            select(tables.Result).where(tables.Result.trial_id == row.id).order_by(tables.Result.position)
+        )
+    }
+    window = _sliding_window(session, job, variant=row.variant)
+    offsets = _offsets(tokenizer, rendered)
+    spans = [
+        _span(q, results.get(q.position), rendered=rendered, window=window, offsets=offsets)
+        for q in rendered.questions
+    ]
+    return TrialView(
+        job_id=job_id,
+        trial_id=row.id,
+        trial_index=row.index,
+        batch_size=row.batch_size,
+        iteration=row.iteration,
+        variant=row.variant,
+        variants=[name for name in names if _has_variant(session, row, name)],
+        model=job.model,
+        revision=job.revision,
+        status=row.status,
+        skip_reason=row.skip_reason,
+        design=spec.design.value,
+        answer_order=row.answer_order,
+        probe_position=row.probe_position,
+        filler_tokens=row.filler_tokens,
+        filler_span=rendered.filler_tokens,
+        chat_template_used=rendered.chat_template_used,
+        sliding_window=window,
+        prompt_source=PromptSource.rebuilt if rendered.token_ids is not None else PromptSource.text_only,
+        prompt_text=rendered.text,
+        prompt_token_ids=None if rendered.token_ids is None else list(rendered.token_ids),
+        token_offsets=offsets,
+        check=_check(row, list(results.values()), rendered=rendered),
+        spans=spans,
+        output_text=row.output_text,
+        output_tokens=row.output_tokens,
+        answers=[_answer(r) for r in results.values()],
+    )
+
+
+def _matched(session: Session, row: tables.Trial, *, variant: str) -> tables.Trial:
+    """The trial of `variant` that shows what `row` shows (the planner copies one variant's trials)."""
+    t = tables.Trial
+    for other in session.scalars(
+        select(t).where(
+            t.job_id == row.job_id,
+            t.variant == variant,
+            t.batch_size == row.batch_size,
+            t.iteration == row.iteration,
+            t.rotation == row.rotation,
+        )
+    ):
+        if _plan_key(other) == _plan_key(row):
+            return other
+    raise NotFoundError(f"variant {variant!r} of job {row.job_id} has no trial matching trial {row.id}")
+
+
+def _has_variant(session: Session, row: tables.Trial, name: str) -> bool:
+    if name == row.variant:
+        return True
+    try:
+        _matched(session, row, variant=name)
+    except NotFoundError:
+        return False
+    return True
+
+
+def _plan_key(row: tables.Trial) -> tuple[object, ...]:
+    return (row.question_ids, row.choice_orders, row.answer_order, row.probe_position, row.filler_tokens)
+
+
+def _trial(row: tables.Trial) -> Trial:
+    return Trial(
+        index=row.index,
+        batch_size=row.batch_size,
+        iteration=row.iteration,
+        question_ids=tuple(row.question_ids),
+        choice_orders=None if row.choice_orders is None else tuple(tuple(o) for o in row.choice_orders),
+        rotation=row.rotation,
+        variant=row.variant,
+        answer_order=None if row.answer_order is None else tuple(row.answer_order),
+        probe=row.probe_position,
+        filler_tokens=row.filler_tokens,
+    )
+
+
+def _questions(session: Session, ids: Sequence[str]) -> dict[str, Question]:
+    q = tables.Question
+    found = {
+        row.id: Question(
+            id=row.id,
+            subject=row.subject,
+            question=row.question,
+            choices=tuple(row.choices),
+            answer=row.answer,
+        )
+        for row in session.scalars(select(q).where(q.id.in_(sorted(set(ids)))))
+    }
+    missing = sorted(set(ids) - set(found))
+    if missing:
+        raise PosbiasError(f"the store lacks questions {', '.join(missing[:3])} of this trial; it is damaged")
+    return found
+
+
+def _tokenizer(spec: JobSpec, *, cache_dir: str | Path | None) -> Tokenizer | None:
+    """The tokenizer the worker rendered `spec`'s prompts with, when it is on this machine: the engine's own
+    (the fake engine's), the model's own (vLLM loads the same files), or, for a model whose files are not the
+    workers' (a served one), the one its job names. A served model's server-side tokenizer is not reachable
+    from the store, so its prompts are shown as text only."""
+    engine = declared(spec.engine.name)
+    if engine.tokenizer is not None:
+        return engine.tokenizer(spec)
+    from posbias.workers.models import local_tokenizer
+
+    if not engine.local_model and spec.tokenizer is None:
+        return None
+    name = spec.model if engine.local_model or not spec.tokenizer else spec.tokenizer
+    try:
+        folder = cache_dir or Settings.model_fields["cache_dir"].get_default(call_default_factory=True)
+        return local_tokenizer(name, tokenizer=spec.tokenizer, cache_dir=folder)
+    except Exception as exc:  # a folder transformers cannot read; the view says why it has no tokens
+        raise PosbiasError(
+            f"cannot load the tokenizer of {spec.model} to rebuild the prompt: {one_line(exc)}"
+        ) from exc
+
+
+def _sliding_window(session: Session, job: tables.Job, *, variant: str) -> int | None:
+    """The sliding window the variant's engine reported building (the model row its results recorded)."""
+    model_id = session.scalar(
+        select(tables.JobVariant.model_id).where(
+            tables.JobVariant.job_id == job.id, tables.JobVariant.variant == variant
+        )
+    )
+    model = session.get(tables.Model, model_id or job.model_id) if (model_id or job.model_id) else None
+    return None if model is None else model.sliding_window
+
+
+def _span(
+    placed: RenderedQuestion,
+    result: tables.Result | None,
+    *,
+    rendered: RenderedPrompt,
+    window: int | None,
+    offsets: Sequence[tuple[int, int]] | None,
+) -> QuestionSpan:
+    answer = result.answer_token_index if result is not None else None
+    start = None
+    if window is not None and answer is not None and rendered.prompt_tokens is not None:
+        # The answer token is produced at sequence index prompt_tokens + answer - 1, whose sliding layers
+        # attend to the `window` positions up to and including it (workers/shard.py `window_view`).
+        start = max(0, rendered.prompt_tokens + answer - window)
+    return QuestionSpan(
+        position=placed.position,
+        question_id=placed.question_id,
+        start_token=placed.token_start,
+        end_token=placed.token_end,
+        start_char=placed.char_start,
+        end_char=placed.char_end,
+        answer_token=answer,
+        window_start_token=start,
+        window_start_char=None if start is None or offsets is None else offsets[start][0],
+    )
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """One figure the worker stored about a prompt, and the rebuilt prompt's."""
+
+    name: str
+    stored: int | None
+    rebuilt: int | None
+
+
+def _check(row: tables.Trial, results: Sequence[tables.Result], *, rendered: RenderedPrompt) -> PromptCheck:
+    """Every figure the worker stored about the prompt it sent, against the rebuilt prompt's."""
+    figures = [_Stored("prompt length", row.prompt_tokens, rendered.prompt_tokens)]
+    if row.filler_token_start is not None:
+        span = rendered.filler_tokens
+        figures.append(_Stored("filler start", row.filler_token_start, span[0] if span else None))
+        figures.append(_Stored("filler end", row.filler_token_end, span[1] if span else None))
+    placed = {q.position: q for q in rendered.questions}
+    for r in results:
+        q = placed.get(r.position)
+        start, end = (q.token_start, q.token_end) if q is not None else (None, None)
+        figures.append(_Stored(f"question {r.position} start", r.question_token_start, start))
+        figures.append(_Stored(f"question {r.position} end", r.question_token_end, end))
+    compared = [f for f in figures if f.stored is not None]
+    differences = tuple(
+        f"{f.name}: stored {f.stored}, rebuilt {f.rebuilt}" for f in compared if f.stored != f.rebuilt
+    )
+    matches = None
+    if compared and rendered.token_ids is not None:
+        matches = not differences
+    return PromptCheck(
+        matches=matches,
+        stored_prompt_tokens=row.prompt_tokens,
+        rebuilt_prompt_tokens=rendered.prompt_tokens,
+        compared=len(compared),
+        differences=differences,
+    )
+
+
+def _offsets(tokenizer: Tokenizer | None, rendered: RenderedPrompt) -> list[tuple[int, int]] | None:
+    """Each prompt token's character span, encoded as `render` encodes (it keeps only the ids)."""
+    if tokenizer is None or rendered.token_ids is None:
+        return None
+    encoding = tokenizer.encode(rendered.text, add_special_tokens=not rendered.chat_template_used)
+    if tuple(encoding.ids) != rendered.token_ids:
+        raise PosbiasError("the tokenizer encodes the same prompt two ways; it is not deterministic")
+    return [(int(a), int(b)) for a, b in encoding.offsets]
+
+
+def _answer(r: tables.Result) -> AnswerView:
+    return AnswerView(
+        position=r.position,
+        question_id=r.question_id,
+        subject=r.subject,
+        parsed=r.parse_status is ParseStatus.ok,
+        parse_status=r.parse_status,
+        prediction=r.predicted,
+        gold=r.gold,
+        correct=r.correct,
+        option_probs=r.option_probs,
+        gold_prob=r.gold_prob,
+        answer_slot=r.answer_slot,
+        answer_token=r.answer_token_index,
+        token_distance=r.token_distance,
+        in_window=r.in_window,
+    )

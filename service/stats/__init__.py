@@ -1,0 +1,64 @@
+"""The face of `posbias.service.stats`.
+
+The statistics: trial data as columns, intervals, the cluster bootstrap, regressions, the shape test, position
+curves, comparisons, `explain` with its causes and window step, options by position, attention statistics.
+
+This is the package's face: the API and the other service packages import from here, never from its modules
+(modules inside the package import each other directly). `_HOMES` says where each name it exports is defined
+and `_MODULES` which of its modules are used as namespaces (`jobs.get`); `__all__` and the lazy
+`__getattr__` follow from them, and `__init__.pyi` (written by `scripts/faces.py`, checked by
+tests/unit/test_faces.py) is the same view for mypy and editors. Order between the packages (each imports
+only those before it): store <- stats <- work <- dispatch; work <- schedules <- reports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES: dict[str, str] = {
+    "BLOCK_FRACTIONS": "posbias.service.stats.comparison",
+    "BOOTSTRAP_RESAMPLES": "posbias.service.stats.bootstrap",
+    "BREAK_RESAMPLES": "posbias.service.stats.window_step",
+    "DIFF": "posbias.service.stats.bootstrap",
+    "DIFF_OF_DIFFS": "posbias.service.stats.bootstrap",
+    "Floats": "posbias.service.stats.trial_data",
+    "TrialData": "posbias.service.stats.trial_data",
+    "blocks": "posbias.service.stats.comparison",
+    "diff_band": "posbias.service.stats.bootstrap",
+    "explain_curve": "posbias.service.stats.explain",
+    "percentile": "posbias.service.stats.bootstrap",
+    "plan_keys": "posbias.service.stats.attention_explain",
+    "resample_pair": "posbias.service.stats.comparison",
+    "trial_keys": "posbias.service.stats.attention_explain",
+}
+"""Each exported name -> the module that defines it."""
+
+_MODULES: tuple[str, ...] = (
+    "attention_curve",
+    "attention_explain",
+    "comparison",
+    "options",
+    "position_curve",
+    "queries",
+)
+"""The modules other packages use as namespaces (`from posbias.service.stats import attention_curve`)."""
+
+__all__ = sorted([*_HOMES, *_MODULES])
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use, so that importing one name does not import the whole package (the plots'
+    # matplotlib, the migrations' alembic).
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    elif name in _MODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,0 +1,446 @@
+"""Results out of the store: the queries behind curves, bootstraps, token-distance analyses, model lists and
+exports. A curve is read from the per-(job, batch size, position) totals `service.store.rows` keeps in
+`curve_points`, not from the results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, NamedTuple
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from posbias.schemas import BASELINE, JobStatus, LayerConfig, ModelInfo, ParseStatus, TrialStatus
+from posbias.service.stats.trial_data import DistanceRow, ResultRow, TrialData, TrialRow
+from posbias.service.store import (
+    IN_CHUNK,
+    CurvePoint,
+    Database,
+    Job,
+    JobVariant,
+    Model,
+    Result,
+    Trial,
+    not_found,
+    tables,
+)
+
+
+def matching_jobs(
+    db: Database,
+    *,
+    model: str | None = None,
+    revision: str | None = None,
+    batch_size: int | None = None,
+    job_id: int | None = None,
+    variant: str | None = None,
+) -> list[int]:
+    """Ids of the jobs with results that match: of `model` (any revision unless `revision` is given), or
+    job `job_id`, and with results at `batch_size` and of `variant` when given."""
+    query = select(CurvePoint.job_id).join(Job, Job.id == CurvePoint.job_id).distinct()
+    query = _filter_jobs(
+        query, model=model, revision=revision, batch_size=batch_size, job_id=job_id, variant=variant
+    )
+    with db.read() as session:
+        return sorted(session.scalars(query))
+
+
+def missing_results_fix(db: Database, job_id: int) -> str:
+    """What to do about results job `job_id` does not have, by where it stands: a cancelled job will not run,
+    a failed one needs `posbias retry`, a queued or running one the worker. `NotFoundError` when there is no
+    such job."""
+    with db.read() as session:
+        row = session.execute(select(Job.status, Job.error).where(Job.id == job_id)).one_or_none()
+    if row is None:
+        raise not_found(job_id)
+    status, error = row
+    if status is JobStatus.cancelled:
+        return f"job {job_id} was cancelled before it answered there; submit it again to run it"
+    if status is JobStatus.failed:
+        said = (error or "see `posbias status`").splitlines()[0][:200]
+        return f"job {job_id} failed ({said}); `posbias retry {job_id}` puts its dead shards back"
+    if status is JobStatus.done:
+        return "check `posbias status` and `posbias models`"
+    return "run it with `posbias worker --until-empty`"
+
+
+def variants_of(db: Database, *, job_ids: Collection[int], batch_size: int | None = None) -> list[str]:
+    """The variants with results among `job_ids` (at `batch_size` when given): the baseline first, then
+    the others in the order their jobs list them."""
+    ids = sorted(set(job_ids))
+    query = select(CurvePoint.variant).where(CurvePoint.job_id.in_(ids)).distinct()
+    if batch_size is not None:
+        query = query.where(CurvePoint.batch_size == batch_size)
+    with db.read() as session:
+        found = set(session.scalars(query))
+        order = session.execute(
+            select(JobVariant.variant, func.min(JobVariant.ordinal))
+            .where(JobVariant.job_id.in_(ids))
+            .group_by(JobVariant.variant)
+        ).all()
+    rank = {name: ordinal for name, ordinal in order}
+    return sorted(found, key=lambda name: (name != BASELINE, rank.get(name, len(rank)), name))
+
+
+def _filter_jobs(
+    query: Any,
+    *,
+    model: str | None,
+    revision: str | None,
+    batch_size: int | None,
+    job_id: int | None,
+    variant: str | None = None,
+) -> Any:
+    if model is None and job_id is None:
+        raise ValueError("name a model or a job")
+    if model is not None:
+        query = query.where(Job.model == model)
+        if job_id is None:  # a quick look (`limit`) is a job's own: never pooled into its model's curves
+            query = query.where(Job.spec["limit"].as_integer().is_(None))
+    if revision is not None:
+        query = query.where(Job.revision == revision)
+    if job_id is not None:
+        query = query.where(Job.id == job_id)
+    if batch_size is not None:
+        query = query.where(CurvePoint.batch_size == batch_size)
+    if variant is not None:
+        query = query.where(CurvePoint.variant == variant)
+    return query
+
+
+class PositionCount(NamedTuple):
+    """The stored totals behind one point: what `curve_points` holds per (job, batch size, position)."""
+
+    batch_size: int
+    position: int
+    n: int
+    n_correct: int
+    n_parsed: int
+    gold_prob_sum: float = 0.0
+    n_gold_prob: int = 0
+
+
+def curve_counts(
+    db: Database,
+    *,
+    model: str | None = None,
+    revision: str | None = None,
+    batch_size: int | None = None,
+    job_id: int | None = None,
+    variant: str | None = BASELINE,
+) -> list[PositionCount]:
+    """Counts per (batch size, position) of `variant`, summed over the matching jobs (see
+    `matching_jobs`), in order. Read from the `curve_points` totals, not from the results."""
+    columns = (
+        CurvePoint.n,
+        CurvePoint.n_correct,
+        CurvePoint.n_parsed,
+        CurvePoint.gold_prob_sum,
+        CurvePoint.n_gold_prob,
+    )
+    query = (
+        select(CurvePoint.batch_size, CurvePoint.position, *(func.sum(column) for column in columns))
+        .join(Job, Job.id == CurvePoint.job_id)
+        .group_by(CurvePoint.batch_size, CurvePoint.position)
+        .order_by(CurvePoint.batch_size, CurvePoint.position)
+    )
+    query = _filter_jobs(
+        query, model=model, revision=revision, batch_size=batch_size, job_id=job_id, variant=variant
+    )
+    with db.read() as session:
+        return [
+            PositionCount(
+                batch_size=row[0],
+                position=row[1],
+                n=int(row[2]),
+                n_correct=int(row[3]),
+                n_parsed=int(row[4]),
+                gold_prob_sum=float(row[5]),
+                n_gold_prob=int(row[6]),
+            )
+            for row in session.execute(query)
+        ]
+
+
+def batch_sizes(db: Database, *, job_ids: Collection[int], variant: str | None = None) -> list[int]:
+    """The batch sizes at which `job_ids` have results (of `variant`, when given), in order."""
+    query = select(CurvePoint.batch_size).where(CurvePoint.job_id.in_(sorted(set(job_ids)))).distinct()
+    if variant is not None:
+        query = query.where(CurvePoint.variant == variant)
+    with db.read() as session:
+        return sorted(session.scalars(query))
+
+
+def trial_data(
+    db: Database, *, job_ids: Collection[int], batch_size: int, variant: str = BASELINE
+) -> TrialData:
+    """Every answered trial of `variant` of `job_ids` at `batch_size`, with its answers, as the analyses
+    read them: pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by
+    sampled set for jobs of the rotation design, for filler sweeps (each set shown at several lengths) and
+    for probes (each set asked at every position).
+    Variants are never pooled: each is its own curve."""
+    ids = sorted(set(job_ids))
+    with db.read() as session:
+        specs: dict[int, dict[str, Any]] = {
+            job_id: spec for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+        }
+        rotation = {job_id: spec.get("design") == "rotation" for job_id, spec in specs.items()}
+        set_cluster = {job_id: shows_sets_again(spec) for job_id, spec in specs.items()}
+        trial_rows = session.execute(
+            select(
+                Trial.id,
+                Trial.job_id,
+                Trial.iteration,
+                Trial.question_ids,
+                Trial.choice_orders,
+                Trial.answer_order,
+                Trial.probe_position,
+                Trial.filler_tokens,
+            )
+            .where(
+                Trial.job_id.in_(ids),
+                Trial.batch_size == batch_size,
+                Trial.variant == variant,
+                Trial.status == TrialStatus.done,
+            )
+            .order_by(Trial.job_id, Trial.index)
+        ).all()
+        options = _option_counts(session, {qid for row in trial_rows for qid in row.question_ids})
+        results = [
+            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold, slot, distance)
+            for trial_id, position, status, correct, gold, slot, distance in session.execute(
+                select(
+                    Result.trial_id,
+                    Result.position,
+                    Result.parse_status,
+                    Result.correct,
+                    Result.gold_prob,
+                    Result.answer_slot,
+                    Result.token_distance,
+                )
+                .where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant)
+                .order_by(Result.trial_id, Result.position)
+            )
+        ]
+    trials = [
+        TrialRow(
+            trial_id=row.id,
+            job_id=row.job_id,
+            iteration=row.iteration,
+            question_ids=row.question_ids,
+            choice_orders=row.choice_orders,
+            rotation_design=rotation.get(row.job_id, False),
+            n_options=[options.get(qid, 0) or 1 for qid in row.question_ids],
+            answer_order=row.answer_order,
+            probe=row.probe_position,
+            filler_tokens=row.filler_tokens,
+            set_cluster=set_cluster.get(row.job_id, False),
+        )
+        for row in trial_rows
+    ]
+    return TrialData.from_rows(trials, results, batch_size=batch_size)
+
+
+def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:
+    """Options per question (for the chance line)."""
+    counts: dict[str, int] = {}
+    ordered = sorted(question_ids)
+    for start in range(0, len(ordered), IN_CHUNK):
+        chunk = ordered[start : start + IN_CHUNK]
+        for qid, choices in session.execute(
+            select(tables.Question.id, tables.Question.choices).where(tables.Question.id.in_(chunk))
+        ):
+            counts[qid] = len(choices)
+    return counts
+
+
+def shows_sets_again(spec: Mapping[str, Any]) -> bool:
+    """True when a job (its stored spec) shows each sampled set in several prompts: a rotation, a filler sweep
+    (each set at several lengths) or a probe (each set asked at every position). Its answers are then
+    clustered by set, not by trial."""
+    fillers = (spec.get("filler") or {}).get("tokens") or ()
+    return spec.get("design") in ("rotation", "probe") or len(fillers) > 1
+
+
+def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
+    """Each trial of `job_ids` mapped to its cluster's representative: itself, or, where the job shows each
+    sampled set in several prompts (`shows_sets_again`), the first trial of its set."""
+    ids = sorted(set(job_ids))
+    with db.read() as session:
+        rotation = {
+            job_id
+            for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
+            if shows_sets_again(spec)
+        }
+        rows = session.execute(
+            select(Trial.id, Trial.job_id, Trial.variant, Trial.batch_size, Trial.iteration)
+            .where(Trial.job_id.in_(ids))
+            .order_by(Trial.id)
+        ).all()
+    first: dict[tuple[int, str, int, int], int] = {}
+    return {
+        row.id: first.setdefault((row.job_id, row.variant, row.batch_size, row.iteration), row.id)
+        if row.job_id in rotation
+        else row.id
+        for row in rows
+    }
+
+
+def token_distance_rows(
+    db: Database, *, job_ids: Collection[int], batch_size: int | None = None, variant: str = BASELINE
+) -> list[DistanceRow]:
+    """Per result of `variant` of `job_ids` (at `batch_size` when given): its trial, token distance,
+    whether it parsed and is correct, and the gold option's probability; for curves by token distance
+    instead of position."""
+    query = select(
+        Result.trial_id,
+        Result.batch_size,
+        Result.token_distance,
+        Result.parse_status == ParseStatus.ok,
+        Result.correct,
+        Result.gold_prob,
+    ).where(Result.job_id.in_(sorted(set(job_ids))), Result.variant == variant)
+    if batch_size is not None:
+        query = query.where(Result.batch_size == batch_size)
+    with db.read() as session:
+        return [DistanceRow(*row) for row in session.execute(query)]
+
+
+def job_model(db: Database, job_id: int, *, variant: str = BASELINE) -> ModelInfo | None:
+    """The architecture facts of the model `variant` of a job ran (its `models` row, as built); None before
+    its first result."""
+    with db.read() as session:
+        found = session.scalar(
+            select(Model)
+            .join(JobVariant, JobVariant.model_id == Model.id)
+            .where(JobVariant.job_id == job_id, JobVariant.variant == variant)
+        )
+        if found is None and variant == BASELINE:  # a job with no variants rows: its own model
+            found = session.scalar(select(Model).join(Job, Job.model_id == Model.id).where(Job.id == job_id))
+        return None if found is None else _model_info(found)
+
+
+def list_models(db: Database) -> list[ModelInfo]:
+    """Every model that has results, with its architecture facts as built, by name and revision; a model
+    run with config changes (a variant) is a row of its own, after the model as published."""
+    with db.read() as session:
+        models = session.scalars(
+            select(Model).order_by(Model.name, Model.revision, Model.overrides_key, Model.id)
+        )
+        return [_model_info(m) for m in models]
+
+
+def _model_info(m: Model) -> ModelInfo:
+    return ModelInfo(
+        name=m.name,
+        revision=m.revision or None,
+        architecture=m.architecture,
+        num_layers=m.num_layers,
+        sliding_window=m.sliding_window,
+        sliding_window_layers=None if m.sliding_window_layers is None else tuple(m.sliding_window_layers),
+        rope_theta=m.rope_theta,
+        context_length=m.context_length,
+        num_parameters=m.num_parameters,
+        hf_overrides=m.overrides or {},
+        layers=None
+        if m.layer_windows is None or m.layer_rope_theta is None
+        else LayerConfig(windows=tuple(m.layer_windows), rope_theta=tuple(m.layer_rope_theta)),
+    )
+
+
+class ExportRow(NamedTuple):
+    """One result as exported (CSV, Parquet): the result with its trial's coordinates."""
+
+    job_id: int
+    variant: str
+    trial_id: int
+    trial_index: int
+    batch_size: int
+    iteration: int
+    rotation: int
+    answer_order: list[int] | None
+    probe_position: int | None
+    filler_tokens: int
+    filler_token_start: int | None
+    filler_token_end: int | None
+    position: int
+    answer_slot: int | None
+    question_id: str
+    subject: str
+    gold: int
+    predicted: int | None
+    correct: bool
+    parse_status: str
+    prompt_tokens: int | None
+    question_token_start: int | None
+    question_token_end: int | None
+    answer_token_index: int | None
+    token_distance: int | None
+    in_window: bool | None
+    visible_layers: int | None
+    gold_prob: float | None
+    option_probs: list[float] | None
+
+
+EXPORT_COLUMNS: tuple[str, ...] = ExportRow._fields
+_EXPORT_STATUS = EXPORT_COLUMNS.index("parse_status")
+
+
+def export_results(db: Database, job_id: int) -> Iterator[ExportRow]:
+    """Every result of a job, by trial and position, streamed. `NotFoundError` (raised here, before
+    iterating) when there is no such job."""
+    with db.read() as session:
+        if session.get(Job, job_id) is None:
+            raise not_found(job_id)
+    return _stream_results(db, job_id)
+
+
+def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
+    query = (
+        select(
+            Result.job_id,
+            Result.variant,
+            Result.trial_id,
+            Trial.index,
+            Result.batch_size,
+            Trial.iteration,
+            Trial.rotation,
+            Trial.answer_order,
+            Trial.probe_position,
+            Trial.filler_tokens,
+            Trial.filler_token_start,
+            Trial.filler_token_end,
+            Result.position,
+            Result.answer_slot,
+            Result.question_id,
+            Result.subject,
+            Result.gold,
+            Result.predicted,
+            Result.correct,
+            Result.parse_status,
+            Trial.prompt_tokens,
+            Result.question_token_start,
+            Result.question_token_end,
+            Result.answer_token_index,
+            Result.token_distance,
+            Result.in_window,
+            Result.visible_layers,
+            Result.gold_prob,
+            Result.option_probs,
+        )
+        .join(Trial, Trial.id == Result.trial_id)
+        .where(Result.job_id == job_id)
+        .order_by(Trial.index, Result.position)
+        .execution_options(yield_per=5000)
+    )
+    with db.read() as session:
+        result = session.execute(query)
+        try:
+            status = _EXPORT_STATUS
+            for row in result:
+                yield ExportRow._make(
+                    (*row[:status], ParseStatus(str(row[status])).value, *row[status + 1 :])
+                )
+        finally:
+            result.close()  # an export cut short closes its server-side cursor here, not at collection

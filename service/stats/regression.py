@@ -1,0 +1,75 @@
+"""Slopes of accuracy on position: the least-squares slope of each bootstrap resample's curve, and the curve's
+slope from a regression of correctness on position with errors clustered and question difficulty adjusted
+(statsmodels), with the difficulty covariate that `posbias explain`'s rows (`service/stats/causes.py`) use
+too."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posbias.schemas import Interval
+from posbias.service.stats.intervals import LEVEL
+from posbias.service.stats.trial_data import Floats, Ints, TrialData
+
+
+def least_squares_slopes(resampled: Floats) -> Floats:
+    """Least-squares slope of each row's accuracy against positions 1..N (over positions with answers)."""
+    positions = np.arange(1, resampled.shape[1] + 1, dtype=np.float64)
+    have = np.isfinite(resampled)
+    y = np.where(have, resampled, 0.0)
+    x = np.where(have, positions, 0.0)
+    count = have.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x_mean = x.sum(axis=1) / count
+        y_mean = y.sum(axis=1) / count
+        dx = np.where(have, positions - x_mean[:, None], 0.0)
+        slopes: Floats = (dx * (y - y_mean[:, None])).sum(axis=1) / (dx * dx).sum(axis=1)
+    return slopes
+
+
+def position_regression(data: TrialData) -> tuple[Interval, Interval] | None:
+    """Correctness (parsed answers) on relative position, least squares with errors clustered by `data`'s
+    clusters (statsmodels, t with clusters - 1 degrees of freedom), adjusted for question difficulty by a
+    covariate: how much better than its positions' means the question did in its other answers (shrunk to 0,
+    so a question seen once adds nothing). Returns (slope per position, first-to-last effect)."""
+    import statsmodels.api as sm
+
+    n = data.batch_size
+    if n < 2 or data.clusters < 3:
+        return None
+    rows, cols = np.nonzero(data.parsed > 0)
+    if rows.size < 3:
+        return None
+    y = data.correct[rows, cols]
+    relative = cols / (n - 1)
+    adjust = difficulty(data, rows, cols)
+    columns = [np.ones_like(y), relative]
+    # Under rotation each question is at every position of its set once: difficulty is balanced over
+    # positions by design, and the covariate would add only its noise (wider intervals, by simulation).
+    if data.cluster_unit == "trial" and np.ptp(adjust) > 0:
+        columns.append(adjust)
+    design = np.column_stack(columns)
+    if np.ptp(relative) == 0:
+        return None
+    fit = sm.OLS(y, design).fit(cov_type="cluster", cov_kwds={"groups": data.cluster[rows]}, use_t=True)
+    effect = float(fit.params[1])
+    low, high = (float(v) for v in fit.conf_int(alpha=1 - LEVEL)[1])
+    per = Interval(estimate=effect / (n - 1), low=low / (n - 1), high=high / (n - 1))
+    return per, Interval(estimate=effect, low=low, high=high)
+
+
+def difficulty(data: TrialData, rows: Ints, cols: Ints) -> Floats:
+    """Per answer at (`rows`, `cols`), its question's difficulty as seen in the question's other answers,
+    net of where those were: their residuals from the position means (so the covariate carries difficulty
+    and not position: under rotation a question's other answers are at every other position, and their raw
+    mean would move with this one's position), shrunk towards 0 (a question seen once adds nothing)."""
+    n = data.batch_size
+    y = data.correct[rows, cols]
+    means = np.bincount(cols, weights=y, minlength=n) / np.maximum(np.bincount(cols, minlength=n), 1)
+    residual = y - means[cols]
+    codes = data.questions[rows, cols]
+    s_q = np.bincount(codes, weights=residual)
+    n_q = np.bincount(codes).astype(np.float64)
+    prior = 2.0
+    found: Floats = (s_q[codes] - residual) / (n_q[codes] - 1 + prior)
+    return found
