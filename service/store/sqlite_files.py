@@ -10,6 +10,9 @@ replaced or made unwritable, SQLite's next touch of the mapping is a SIGBUS that
 exception, a native dump), and the last connection's close touches it to checkpoint. So the files are checked
 before each transaction begins, and once they have failed a check no connection is closed: the process ends
 with them open, as after a crash, which SQLite recovers from on the next open (the WAL keeps every commit).
+What no check in the process can catch: a `-shm` truncated while a transaction is inside SQLite faults there,
+before control returns to posbias (seen under load in the suite), so a truncation is caught when it lands
+between transactions; a file made unwritable keeps its mapping and is always caught.
 """
 
 from __future__ import annotations
