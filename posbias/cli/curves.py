@@ -104,6 +104,13 @@ def curve(
         if output_format not in {"table", "json"}:
             raise BadUsage(f"--json and --format {output_format} ask for two formats: give one")
         output_format = "json"
+    if metric not in {"accuracy", "attention"}:
+        raise BadUsage(f"--metric must be accuracy or attention (got {metric!r})")
+    if metric == "attention":
+        # Flags only accuracy curves read: taken silently, they would show something the user did not ask for.
+        for given, flag in ((band, "--band"), (heatmap is not None, "--heatmap"), (revision, "--revision")):
+            if given:
+                raise BadUsage(f"{flag} is for --metric accuracy; --metric attention takes --plot")
     if job is None and model is None:
         raise BadUsage("name a model (--model) or a job (--job)")
     for path, flag in ((plot, "--plot"), (heatmap, "--heatmap")):

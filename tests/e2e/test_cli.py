@@ -200,6 +200,21 @@ BAD = [
     pytest.param(("export", "999", "--out", "x.csv"), 1, "no job 999", id="export-unknown-job"),
     pytest.param(("curve", "--model", "nobody"), 1, "no results", id="curve-unknown-model"),
     pytest.param(("curve", "--model", "fake", "--format", "xml"), 2, "table, csv or json", id="bad-format"),
+    pytest.param(
+        ("curve", "--model", "fake", "--metric", "attn"), 2, "accuracy or attention", id="bad-metric"
+    ),
+    pytest.param(
+        ("curve", "--model", "fake", "--metric", "attention", "--heatmap", "h.png"),
+        2,
+        "--heatmap is for --metric accuracy",
+        id="attention-heatmap",
+    ),
+    pytest.param(
+        ("curve", "--model", "fake", "--metric", "attention", "--band"),
+        2,
+        "--band is for",
+        id="attention-band",
+    ),
     pytest.param(("retry", "1"), 1, "no dead shards", id="retry-a-job-with-nothing-dead"),
 ]
 
