@@ -3,6 +3,8 @@ in the real vLLM CPU build (in this process), and a fresh posbias cache folder.
 
 Engines: the tiny Llama (`llama_engine`), the tiny Gemma 2 (`gemma2_engine`) and the demo model
 (`demo_engine`) are each loaded the first time a test asks for one and stay open to the end of the session.
+So does the tiny Llama served by a real `vllm serve` (`llama_server`, a subprocess): its start-up, about a
+minute here, is paid once for the modules that send it jobs.
 Any test may load and close engines of its own around them, in any order: an in-process engine closed while
 another is open frees its memory and leaves the distributed state the engines of a process share alone, and
 the last one closed shuts that state down, to be started afresh by the next engine
@@ -30,6 +32,7 @@ from engine_helpers import (
 )
 from support.testcache import posbias_cache
 from support.tinymodels import tiny_model
+from support.vllmserve import VllmServer, vllm_serve
 
 from posbias.schemas import EngineOptions, WorkerConfig
 from posbias.workers.models import demo_model_path, resolve_model
@@ -101,6 +104,16 @@ def demo_engine(demo_conversion: Conversion, worker_config: WorkerConfig) -> Ite
     engine = VllmEngine(str(demo_model_path()), config=worker_config)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def llama_server(
+    tiny_llama_dir: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    """The tiny Llama behind `vllm serve` (the CPU build, on 127.0.0.1), with the model's own context."""
+    log = tmp_path_factory.mktemp("vllm-serve") / "llama.log"
+    with vllm_serve(tiny_llama_dir, cache_dir=cache_dir, log=log, max_model_len=4096) as server:
+        yield server
 
 
 @pytest.fixture(params=["llama", "gemma2"])

@@ -3,8 +3,8 @@ model, free and constrained, end to end through the dispatcher and Ray into SQLi
 answer matches the in-process engine's on the same prompts (greedy): parse, prediction, token offsets, token
 distance, option probabilities, the output itself.
 
-Each server starts once for this module (its start-up, about a minute here, is the cost); the in-process
-engines are the session's (tests/integration/engine/conftest.py).
+Each server starts once (its start-up, about a minute here, is the cost): the tiny Llama's is the session's,
+as are the in-process engines (tests/integration/engine/conftest.py); the demo model's is this module's.
 """
 
 from __future__ import annotations
@@ -31,15 +31,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("ray_session")]
 
 SUBJECTS = ["anatomy", "astronomy", "virology"]
 DEMO_CONTEXT = 8192
-
-
-@pytest.fixture(scope="module")
-def llama_server(
-    tiny_llama_dir: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
-    log = tmp_path_factory.mktemp("vllm-serve") / "llama.log"
-    with vllm_serve(tiny_llama_dir, cache_dir=cache_dir, log=log, max_model_len=4096) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
