@@ -3,9 +3,9 @@
 
 Two jobs of the same trials sent to the session's tiny Llama server (`llama_server`,
 tests/integration/engine/conftest.py), run by `posbias worker` through the session's Ray: free answers (a
-a random model's text, which does not parse) and constrained ones (every answer parsed). Each is shown in every
-view, and in every attention view, which refuses in one line (only `hf` records attention); the two are
-compared as a pair; both are listed.
+random model's text, which does not parse) and constrained ones (every answer parsed). Each is shown in
+every view, and in every attention view, which refuses in one line (only `hf` records attention); the two
+are compared as a pair; both are listed.
 
 SQLite only: the views' store-dependent paths are the fake engine's matrix's, on both stores
 (tests/e2e/test_view_matrix.py); these cells add what this engine writes (the endpoint's record, its
