@@ -18,8 +18,7 @@ calls this API and renders what it returns.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from posbias.schemas.lazy import lazy_face
 
 _HOMES: dict[str, str] = {
     "cancel": "posbias.api",
@@ -90,19 +89,4 @@ _HOMES: dict[str, str] = {
 from it, and `__init__.pyi`, the view mypy and editors read, is written from it by `scripts/faces.py`
 (tests/unit/test_faces.py fails when the two differ)."""
 
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    # Loaded on first use: a Ray worker imports `posbias.workers` and must not pull in the service's
-    # dependencies (SQLAlchemy, the store) that importing the API would, and a command loads only the part
-    # of the API it calls.
-    if name in _HOMES:
-        value = getattr(importlib.import_module(_HOMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'posbias' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__all__, __getattr__, __dir__ = lazy_face(__name__, globals(), _HOMES)

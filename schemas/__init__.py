@@ -6,8 +6,7 @@ the command's choices (`choices.py`) and errors, does not import pydantic and nu
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from posbias.schemas.lazy import lazy_face
 
 _HOMES: dict[str, str] = {
     "AnswerSheet": "posbias.schemas.attention",
@@ -116,17 +115,4 @@ _HOMES: dict[str, str] = {
 from it, and `__init__.pyi`, the view mypy and editors read, is written from it by `scripts/faces.py`
 (tests/unit/test_faces.py fails when the two differ)."""
 
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    # Loaded on first use: what needs one record, or only the choices and errors, imports no more.
-    if name in _HOMES:
-        value = getattr(importlib.import_module(_HOMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'posbias.schemas' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__all__, __getattr__, __dir__ = lazy_face(__name__, globals(), _HOMES)

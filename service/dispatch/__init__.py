@@ -13,8 +13,7 @@ only those before it): store <- stats <- work <- dispatch; work <- schedules <- 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from posbias.schemas.lazy import lazy_face
 
 _HOMES: dict[str, str] = {
     "Dispatcher": "posbias.service.dispatch.dispatcher",
@@ -26,21 +25,4 @@ _HOMES: dict[str, str] = {
 _MODULES: tuple[str, ...] = ()
 """The modules other packages use as namespaces (`from posbias.service.dispatch import Dispatcher`)."""
 
-__all__ = sorted([*_HOMES, *_MODULES])
-
-
-def __getattr__(name: str) -> Any:
-    # Loaded on first use, so that importing one name does not import the whole package (the plots'
-    # matplotlib, the migrations' alembic).
-    if name in _HOMES:
-        value = getattr(importlib.import_module(_HOMES[name]), name)
-    elif name in _MODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__all__, __getattr__, __dir__ = lazy_face(__name__, globals(), _HOMES, _MODULES)
