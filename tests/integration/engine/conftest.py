@@ -3,8 +3,9 @@ in the real vLLM CPU build (in this process), and a fresh posbias cache folder.
 
 Engines: the tiny Llama (`llama_engine`), the tiny Gemma 2 (`gemma2_engine`) and the demo model
 (`demo_engine`) are each loaded the first time a test asks for one and stay open to the end of the session.
-So does the tiny Llama served by a real `vllm serve` (`llama_server`, a subprocess): its start-up, about a
-minute here, is paid once for the modules that send it jobs.
+The tiny Llama served by a real `vllm serve` (`llama_server`, a subprocess) lives for one module: kept for
+the session, beside the demo model's server and the session's engines, it took the machine past its 24 GiB
+in the full suite (Ray's memory monitor killed a worker).
 Any test may load and close engines of its own around them, in any order: an in-process engine closed while
 another is open frees its memory and leaves the distributed state the engines of a process share alone, and
 the last one closed shuts that state down, to be started afresh by the next engine
@@ -106,7 +107,7 @@ def demo_engine(demo_conversion: Conversion, worker_config: WorkerConfig) -> Ite
     engine.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def llama_server(
     tiny_llama_dir: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmServer]:
