@@ -1,6 +1,7 @@
 """Building a model in transformers for the `hf` engine: resolved as vLLM resolves it (hub id, folder, GGUF
 file converted once, `demo`), its config changed by the job's and the variant's `hf_overrides` before the
-model is built, eager attention, and its layers read back from the modules that were built."""
+model is built, the answer-rows attention (`workers/hf_attention.py`), and its layers read back from the
+modules that were built."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posbias.schemas import EngineOptions, LayerConfig, ModelInfo, PosbiasError, WorkerConfig, one_line
+from posbias.workers.hf_attention import register
 from posbias.workers.models import read_model_info, resolve_model
 from posbias.workers.tokenizer import HfTokenizer
 from posbias.workers.variants import apply_overrides, layer_config
@@ -60,7 +62,7 @@ def build_model(
             resolved.model,
             revision=resolved.revision,
             config=hf_config,
-            attn_implementation="eager",
+            attn_implementation=register(),
             dtype=getattr(torch, dtype),
             trust_remote_code=options.trust_remote_code,
         )

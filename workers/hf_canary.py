@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from posbias.schemas.attention import LayerCheck, LayerKind, MaskCanary
-from posbias.workers.hf_attention import Recorder, hooked
+from posbias.workers.hf_attention import Recorder, recording
 
 
 def canary_ids(length: int, *, vocab_size: int, first: int | None, seed: int = 0) -> list[int]:
@@ -42,7 +42,7 @@ def attention_maps(
     position_ids = None
     if positions is not None:
         position_ids = torch.tensor([list(positions)], dtype=torch.long, device=device)
-    with torch.inference_mode(), hooked(model, recorder):
+    with torch.inference_mode(), recording(model, recorder):
         model(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids) if explicit_mask else None,

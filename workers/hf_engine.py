@@ -1,8 +1,9 @@
-"""`HfEngine`: the `Engine` interface on Hugging Face transformers with eager attention, for mechanistic
-jobs. It renders the same prompts as the vLLM engine (the same `workers/prompts.py`, the model's own
-tokenizer through `HfTokenizer`) and scores them by teacher forcing: one forward pass over the prompt and an
-answer sheet, which gives the option probabilities at every answer slot and, through forward hooks on the
-attention modules (`workers/hf_attention.py`), where each answer line's attention goes, per layer.
+"""`HfEngine`: the `Engine` interface on Hugging Face transformers, for mechanistic jobs. It renders the same
+prompts as the vLLM engine (the same `workers/prompts.py`, the model's own tokenizer through `HfTokenizer`)
+and scores them by teacher forcing: one forward pass over the prompt and an answer sheet, which gives the
+option probabilities at every answer slot and, through the answer-rows attention (`workers/hf_attention.py`:
+torch's fused attention for the layers' outputs, the answer lines' rows of weights recomputed in float32),
+where each answer line's attention goes, per layer.
 
 The answer sheet (`engine.answer_sheet`) is `gold` (each question's correct option; the default) or `fixed`
 (option 1 everywhere) or `{job: N}`: what done job N (a vLLM job of the same trials) answered, read into each
@@ -37,11 +38,23 @@ from posbias.schemas import (
 from posbias.schemas.attention import AnswerSheet, AttentionRow, AttentionShard, LayerKind, MaskCanary
 from posbias.schemas.variant import merge_overrides
 from posbias.workers.engine import EngineBase, Generation, GenerationRequest
-from posbias.workers.hf_attention import ANSWERS, INSTRUCTIONS, QUESTIONS, SINK, Recorder, hooked, layout
+from posbias.workers.hf_attention import (
+    ANSWERS,
+    INSTRUCTIONS,
+    QUESTIONS,
+    SINK,
+    Recorder,
+    layout,
+    recording,
+)
 from posbias.workers.hf_build import BuiltModel, build_model
 from posbias.workers.hf_canary import describe_failure, run_canary
 from posbias.workers.prompts import RenderedPrompt, render_trial
 from posbias.workers.tokenizer import HfTokenizer
+
+ATTENTION_BACKEND = "sdpa; answer rows in float32"
+"""What the engine info records: torch's fused attention computes the layers, the recorded weights are the
+answer rows' own, recomputed in float32 (`workers/hf_attention.py`)."""
 
 
 @dataclass
@@ -53,8 +66,9 @@ class _Scored:
 
 
 class HfEngine(EngineBase[HfTokenizer]):
-    """A model loaded in transformers (eager attention), scoring prompts by teacher forcing and recording
-    attention. Implements `workers.engine.Engine`; `run_shards` adds the attention figures to each result."""
+    """A model loaded in transformers, scoring prompts by teacher forcing and recording the attention of the
+    answer rows. Implements `workers.engine.Engine`; `run_shards` adds the attention figures to each
+    result."""
 
     def __init__(
         self,
@@ -114,7 +128,7 @@ class HfEngine(EngineBase[HfTokenizer]):
             name="hf",
             version=self._built.version,
             dtype=self._built.dtype,
-            attention_backend="eager",
+            attention_backend=ATTENTION_BACKEND,
             max_model_len=self._max_model_len,
             device=self._built.device,
         )
@@ -236,7 +250,7 @@ class HfEngine(EngineBase[HfTokenizer]):
             at = max((q.token_end or 0) for q in rendered.questions)
             positions[at:] += self._gap
         keep = torch.arange(len(prompt) - 1, total - 1, device=device)
-        with torch.inference_mode(), hooked(self._model, recorder):
+        with torch.inference_mode(), recording(self._model, recorder):
             output = self._model(
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),

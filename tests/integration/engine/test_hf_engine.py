@@ -1,6 +1,7 @@
-"""The `hf` engine (transformers, eager attention, teacher forcing) on the tiny Gemma 2 and Gemma 3: the same
-prompts as vLLM token for token, the same option probabilities on the same trials, a mask canary that sees
-the windows, variants and the position gap, and a job from submit through the queue and Ray into the
+"""The `hf` engine (transformers, teacher forcing, attention from the answer rows) on the tiny Gemma 2 and
+Gemma 3: the same prompts as vLLM token for token, the same option probabilities on the same trials, the same
+masses and probabilities as transformers' eager attention gives, a mask canary that sees the windows,
+variants and the position gap, and a job from submit through the queue and Ray into the
 store (Gemma 2 into SQLite, Gemma 3 into PostgreSQL), read back as `attention_curve` by layer kind."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import torch
 from engine_helpers import GEMMA2_MAX_MODEL_LEN, GEMMA2_WINDOW, GEMMA3_WINDOW
 from sqlalchemy import text
+from support.eager_attention import eager
 from support.in_process import run_cli
 from support.job_runs import dispatch
 
@@ -137,6 +139,63 @@ def test_a_shards_answers_are_the_sheet_and_a_missing_position_is_gold(
     predicted = {r.position: r.predicted for r in result.results if r.trial_index == trial.index}
     assert predicted == {p: given[p] - 1 if p in given else gold[p - 1] for p in predicted}
     assert result.attention is not None and result.attention.answer_sheet.value == "gold"
+
+
+# --- the answer rows against transformers' eager attention ---------------------------------------------
+
+
+MASSES = (
+    "own_mean",
+    "own_max",
+    "sink_mean",
+    "sink_max",
+    "other_mean",
+    "other_max",
+    "instructions_mean",
+    "instructions_max",
+    "answers_mean",
+    "beyond_window_mean",
+    "beyond_window_max",
+)
+
+
+def test_a_jobs_masses_and_probabilities_are_eagers_from_the_answer_rows(
+    hf_gemma2: HfEngine, hf_gemma3: HfEngine, tiny_gemma2_dir: Path, tiny_gemma3_dir: Path, pool: Any
+) -> None:
+    # The same engine, the same shards, the same layouts: once with the answer-rows attention, once with
+    # transformers' eager attention holding every layer's whole map (the engine's reduction before).
+    for engine, folder, heads in ((hf_gemma2, tiny_gemma2_dir, 2), (hf_gemma3, tiny_gemma3_dir, 2)):
+        shards = shards_of(folder, pool, engine={"name": "hf"}, batch_sizes=(3, 8), iterations=1)
+        ours = engine.run_shards(shards)
+        with eager(engine._model):
+            theirs = engine.run_shards(shards)
+        compared = 0
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.attention is not None and b.attention is not None
+            assert len(a.attention.rows) == len(b.attention.rows) > 0
+            for x, y in zip(a.attention.rows, b.attention.rows, strict=True):
+                assert (x.trial_index, x.position, x.layer, x.layer_kind, x.query_tokens) == (
+                    y.trial_index,
+                    y.position,
+                    y.layer,
+                    y.layer_kind,
+                    y.query_tokens,
+                )
+                for name in MASSES:
+                    mine, reference = getattr(x, name), getattr(y, name)
+                    assert (mine is None) == (reference is None), name
+                    assert mine is None or abs(mine - reference) < TOLERANCE, (name, mine, reference)
+                compared += 1
+            for ra, rb in zip(a.results, b.results, strict=True):
+                assert ra.option_probs is not None and rb.option_probs is not None
+                assert (
+                    max(abs(p - q) for p, q in zip(ra.option_probs, rb.option_probs, strict=True)) < TOLERANCE
+                )
+            # What was held: the answer rows' weights (heads x rows x keys), a small part of eager's map.
+            assert 0 < a.attention.map_bytes_peak < b.attention.map_bytes_peak / 4
+            longest = max(t.prompt_tokens or 0 for t in a.trials)
+            assert b.attention.map_bytes_peak >= heads * longest**2 * 4
+        assert compared == (3 + 8) * len(engine.canary.layers)
 
 
 # --- the mask canary, variants and the position gap --------------------------------------------------
