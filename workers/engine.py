@@ -37,6 +37,12 @@ class Tokenizer(Protocol):
         """Token ids of `text` with their character offsets."""
         ...
 
+    @property
+    def prompt_bos_id(self) -> int | None:
+        """The BOS token id every rendered prompt must begin with exactly once (the model expects it);
+        None when prompts are not checked for one."""
+        ...
+
 
 @dataclass(eq=False)
 class TokenBudget:

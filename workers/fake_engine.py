@@ -61,6 +61,12 @@ class FakeTokenizer:
         """True unless constructed with `chat_template=False`."""
         return self._chat_template
 
+    @property
+    def prompt_bos_id(self) -> int | None:
+        """None: the fake model answers whatever its prompts begin with (tests' tokenizers built on this one
+        drop or move BOS on purpose)."""
+        return None
+
     def apply_chat_template(self, user_text: str) -> str:
         """`user_text` as the single user turn, followed by the model's turn."""
         if not self._chat_template:

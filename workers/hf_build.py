@@ -10,8 +10,8 @@ from typing import Any
 
 from posbias.schemas import EngineOptions, LayerConfig, ModelInfo, PosbiasError, WorkerConfig, one_line
 from posbias.workers.hf_attention import register
-from posbias.workers.models import read_model_info, resolve_model
-from posbias.workers.tokenizer import HfTokenizer
+from posbias.workers.models import bos_fix, read_model_info, resolve_model, stated_bos
+from posbias.workers.tokenizer import HfTokenizer, prompt_bos_id
 from posbias.workers.variants import apply_overrides, layer_config
 
 _DTYPES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16"}
@@ -73,6 +73,13 @@ def build_model(
         )
     except Exception as exc:
         raise PosbiasError(f"transformers could not load {model}: {one_line(exc)}") from None
+    try:
+        bos = prompt_bos_id(
+            loaded, stated=stated_bos(resolved, config=hf_config), model=model, fix=bos_fix(resolved)
+        )
+    except PosbiasError:
+        del built  # the weights go now, not with the traceback that holds this frame
+        raise
     built.to(device)
     built.eval()
     text = built.config.get_text_config()
@@ -91,7 +98,7 @@ def build_model(
     context = int(getattr(text, "max_position_embeddings", 0) or 0) or 4096
     return BuiltModel(
         model=built,
-        tokenizer=HfTokenizer(loaded),
+        tokenizer=HfTokenizer(loaded, prompt_bos_id=bos),
         layers=layers,
         model_info=info,
         device=device,

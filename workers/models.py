@@ -191,6 +191,59 @@ def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str 
         return None
 
 
+def stated_bos(resolved: ResolvedModel, *, config: Any) -> str | None:
+    """Where `resolved`'s files state that its prompts begin with a BOS token, for a message: the GGUF file
+    it was converted from (`tokenizer.ggml.add_bos_token`), its config (`add_bos_token`), or the
+    `tokenizer_config.json` of the model or of the tokenizer it is run with; None when none says so.
+
+    transformers 5 ignores a `tokenizer_config.json`'s `add_bos_token` when the folder has a
+    `tokenizer.json`, so a tokenizer can drop a BOS its own files ask for; the engines compare the two at
+    load (`workers.tokenizer.prompt_bos_id`)."""
+    if resolved.gguf is not None and gguf_token_settings(resolved.gguf).add_bos_token:
+        return f"{resolved.gguf.name}'s tokenizer.ggml.add_bos_token"
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(config, "add_bos_token", None) is True or getattr(text, "add_bos_token", None) is True:
+        return "its config's add_bos_token"
+    for name in dict.fromkeys(n for n in (resolved.model, resolved.tokenizer) if n):
+        found = _tokenizer_config(name, revision=resolved.revision)
+        if found is not None and found.get("add_bos_token") is True:
+            return f"{name}'s tokenizer_config.json add_bos_token"
+    return None
+
+
+def bos_fix(resolved: ResolvedModel) -> str:
+    """What to do when `resolved`'s tokenizer drops the BOS its files ask for (for `prompt_bos_id`)."""
+    own = {resolved.model, str(resolved.local_dir)}
+    if resolved.tokenizer is not None and resolved.tokenizer not in own:
+        return (
+            f"the job's `tokenizer` ({resolved.tokenizer}) adds none; name one that adds it, or leave "
+            "`tokenizer` unset to use the model's own"
+        )
+    if resolved.converted and resolved.local_dir is not None:
+        return (
+            f"delete {resolved.local_dir} so that the GGUF file is converted again, or give the job a "
+            "`tokenizer` that adds it"
+        )
+    return "give the job a `tokenizer` that adds it, or make the model's tokenizer.json post-processor add it"
+
+
+def _tokenizer_config(name: str, *, revision: str | None) -> dict[str, Any] | None:
+    """The `tokenizer_config.json` of a folder, or of a hub id from the local Hugging Face cache; None when
+    there is none here or it is not a JSON object."""
+    folder = Path(name).expanduser()
+    file: Path | None = folder / "tokenizer_config.json" if folder.is_dir() else None
+    if file is None and _HUB_ID.match(name):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "tokenizer_config.json", revision=revision)
+        file = Path(cached) if isinstance(cached, str) else None
+    try:
+        found = json.loads(file.read_text()) if file is not None and file.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def _gguf_tokenizer(file: Path, *, cache_dir: str | Path) -> Any:
     """A GGUF file's tokenizer, kept under `cache_dir/tokenizers` after the first read: transformers builds
     it from the file's vocabulary in Python, about 15 s for the demo model on two cores."""

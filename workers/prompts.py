@@ -228,6 +228,7 @@ def render(
     if tokenizer is not None:
         encoding = tokenizer.encode(text, add_special_tokens=not use_template)
         token_ids = tuple(encoding.ids)
+        _check_bos(token_ids, bos=tokenizer.prompt_bos_id, chat_template=use_template)
         offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
         starts, ends = offsets[:, 0], offsets[:, 1]
         token_spans = [_token_span(starts, ends, start + shift, end + shift) for start, end in spans]
@@ -259,6 +260,27 @@ def render(
         filler_chars=None if filler_span is None else (filler_span[0] + shift, filler_span[1] + shift),
         filler_tokens=filler_tokens,
     )
+
+
+def _check_bos(ids: Sequence[int], *, bos: int | None, chat_template: bool) -> None:
+    """Refuse a prompt that does not begin with the model's BOS exactly once, where the model expects one:
+    a missing BOS puts the whole prompt out of distribution, a doubled one shifts every position by one."""
+    if bos is None:
+        return
+    if not ids or ids[0] != bos:
+        why = (
+            "the model's chat template does not write it; set chat_template to off (the tokenizer adds it to "
+            "a plain prompt)"
+            if chat_template
+            else "the tokenizer did not add it; give a `tokenizer` that adds it"
+        )
+        raise PosbiasError(f"the rendered prompt does not begin with the model's BOS token (id {bos}): {why}")
+    if len(ids) > 1 and ids[1] == bos:
+        where = "the chat template writes it and the prompt's text" if chat_template else "the prompt's text"
+        raise PosbiasError(
+            f"the rendered prompt begins with the model's BOS token (id {bos}) twice: {where} begins with it "
+            "again; remove it from the prompt template's head"
+        )
 
 
 def render_trial(

@@ -35,15 +35,24 @@ def estimated_prompt_tokens(text: str) -> int:
 
 
 class HfTokenizer:
-    """The `Tokenizer` interface over a Hugging Face fast tokenizer (the one vLLM loaded, or one named)."""
+    """The `Tokenizer` interface over a Hugging Face fast tokenizer (the one vLLM loaded, or one named).
 
-    def __init__(self, tokenizer: Any) -> None:
+    `prompt_bos_id` is the BOS every rendered prompt must begin with exactly once (`prompt_bos_id` below
+    says which, at model load); None leaves prompts unchecked (a tokenizer loaded only to count tokens)."""
+
+    def __init__(self, tokenizer: Any, *, prompt_bos_id: int | None = None) -> None:
         self._tokenizer = tokenizer
+        self._prompt_bos_id = prompt_bos_id
 
     @property
     def hf(self) -> Any:
         """The wrapped Hugging Face tokenizer."""
         return self._tokenizer
+
+    @property
+    def prompt_bos_id(self) -> int | None:
+        """The BOS token id every rendered prompt must begin with exactly once; None: not checked."""
+        return self._prompt_bos_id
 
     def has_chat_template(self) -> bool:
         """True when the model defines a chat template."""
@@ -93,6 +102,11 @@ class RemoteTokenizer:
         """True when the server renders chat messages."""
         return self._chat_template
 
+    @property
+    def prompt_bos_id(self) -> int | None:
+        """None: a served model's prompts are not checked for BOS here (the server holds its config)."""
+        return None
+
     def apply_chat_template(self, user_text: str) -> str:
         """`user_text` as the single user turn, followed by the generation prompt, as the server renders it.
 
@@ -137,6 +151,36 @@ class RemoteTokenizer:
 
     def _call(self, path: str, body: dict[str, Any]) -> Any:
         return self._session.run(self._session.request(path, body, root=True))
+
+
+def prompt_bos_id(tokenizer: Any, *, stated: str | None, model: str, fix: str) -> int | None:
+    """The BOS token id the prompts of `model` must begin with exactly once, checked at model load: the
+    tokenizer's BOS when it adds one to an encoded text, None when it adds none and nothing states the
+    model expects one.
+
+    `stated` says where the model states it expects BOS (e.g. "its GGUF file's
+    tokenizer.ggml.add_bos_token"), None when nothing does. Raises `PosbiasError` naming `fix` when it is
+    stated and the tokenizer adds none (every prompt would begin with an ordinary word, out of distribution
+    for the model), or when the tokenizer adds BOS twice."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids = [int(i) for i in tokenizer("Read", add_special_tokens=True)["input_ids"]]
+    adds = bos is not None and ids[:1] == [bos]
+    if stated is not None and not adds:
+        has = (
+            "has no BOS token"
+            if bos is None
+            else f"does not add its BOS token (id {bos}) to an encoded prompt"
+        )
+        raise PosbiasError(
+            f"{model} expects every prompt to begin with a BOS token ({stated} says so), but its tokenizer "
+            f"{has}; refusing to run it: {fix}"
+        )
+    if adds and ids[1:2] == [bos]:
+        raise PosbiasError(
+            f"{model}'s tokenizer adds its BOS token (id {bos}) twice to an encoded prompt; refusing to run "
+            f"it: {fix}"
+        )
+    return bos if adds else None
 
 
 @lru_cache(maxsize=1)

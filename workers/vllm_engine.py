@@ -25,9 +25,9 @@ from posbias.schemas import (
 )
 from posbias.schemas.variant import merge_overrides
 from posbias.workers.engine import EngineBase, Generation, GenerationRequest
-from posbias.workers.models import ResolvedModel, read_model_info, resolve_model
+from posbias.workers.models import ResolvedModel, bos_fix, read_model_info, resolve_model, stated_bos
 from posbias.workers.output_tokens import logprobs_by_text, token_offsets
-from posbias.workers.tokenizer import HfTokenizer
+from posbias.workers.tokenizer import HfTokenizer, prompt_bos_id
 from posbias.workers.vllm_readback import read_attention, read_layers
 from posbias.workers.vllm_start import start_llm
 
@@ -99,7 +99,7 @@ class VllmEngine(EngineBase[HfTokenizer]):
         if variant is not None and variant.expect is not None:
             self._refuse_unless_built(variant, expect=variant.expect)
         model_config = self._llm.llm_engine.model_config
-        self._tokenizer = HfTokenizer(self._llm.get_tokenizer())
+        self._tokenizer = HfTokenizer(self._llm.get_tokenizer(), prompt_bos_id=self._prompt_bos(model))
         self._max_model_len = int(model_config.max_model_len)
         self._max_logprobs = int(model_config.max_logprobs)
         attention = read_attention(self._llm)
@@ -125,6 +125,19 @@ class VllmEngine(EngineBase[HfTokenizer]):
                 num_layers=info.num_layers or len(self._layers.windows),
             )
         self._model_info = info.model_copy(update=built)
+
+    def _prompt_bos(self, model: str) -> int | None:
+        """The BOS every prompt must begin with (`prompt_bos_id`); the engine is closed before a refusal."""
+        try:
+            return prompt_bos_id(
+                self._llm.get_tokenizer(),
+                stated=stated_bos(self._resolved, config=self._llm.llm_engine.model_config.hf_config),
+                model=model,
+                fix=bos_fix(self._resolved),
+            )
+        except PosbiasError:
+            self.close()
+            raise
 
     def _refuse_unless_built(self, variant: Variant, *, expect: LayerConfig) -> None:
         built = self._layers

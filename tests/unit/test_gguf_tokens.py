@@ -1,6 +1,7 @@
-"""A GGUF file's special-token settings survive its conversion: a tiny Gemma 3 GGUF written here
-(support.tinygguf) whose header says `tokenizer.ggml.add_bos_token`, as google/gemma-3-270m's does
-(transformers drops it, so that model's prompts began with "Read" instead of `<bos>`)."""
+"""A GGUF file's special-token settings survive its conversion, and a model whose files ask for BOS is run
+only with prompts that begin with it once: a tiny Gemma 3 GGUF written here (support.tinygguf) whose
+header says `tokenizer.ggml.add_bos_token`, as google/gemma-3-270m's does (transformers drops it, so that
+model's prompts began with "Read" instead of `<bos>`)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,32 @@ from typing import Any
 import pytest
 from support.tinygguf import BOS_ID, EOS_ID, write_tiny_gguf
 
-from posbias.schemas import PosbiasError
+from posbias.schemas import (
+    ChatTemplateUse,
+    EngineOptions,
+    PosbiasError,
+    PromptTemplate,
+    Question,
+    Trial,
+    WorkerConfig,
+)
+from posbias.workers.hf_build import build_model
 from posbias.workers.models import (
     CONVERSION_STAMP,
     convert_gguf,
     gguf_token_settings,
     local_tokenizer,
+    resolve_model,
+    stated_bos,
 )
+from posbias.workers.prompts import render
+from posbias.workers.tokenizer import HfTokenizer, prompt_bos_id
 
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>user\n{{ message['content'] }}<end_of_turn>\n"
+    "{% endfor %}<start_of_turn>model\n"
+)
+"""Gemma's chat template in short: it writes BOS itself."""
 TEXT = "Read the questions and answer each one"
 
 
@@ -126,3 +145,120 @@ def test_a_gguf_that_adds_a_separator_is_refused_at_conversion(tmp_path: Path) -
 
     with pytest.raises(PosbiasError, match=r"add_sep_token.*Hugging Face id or folder"):
         convert_gguf(file, cache_dir=tmp_path / "cache")
+
+
+def test_the_load_check_returns_the_bos_a_tokenizer_adds(converted: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+
+    assert prompt_bos_id(tokenizer, stated="the file", model="m", fix="fix it") == BOS_ID
+    assert prompt_bos_id(tokenizer, stated=None, model="m", fix="fix it") == BOS_ID
+
+
+def test_the_load_check_refuses_a_tokenizer_that_drops_a_stated_bos(dropping_tokenizer: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(dropping_tokenizer)
+
+    with pytest.raises(
+        PosbiasError, match=r"expects every prompt to begin with a BOS token \(the file says so\)"
+    ):
+        prompt_bos_id(tokenizer, stated="the file", model="m", fix="fix it")
+    assert prompt_bos_id(tokenizer, stated=None, model="m", fix="fix it") is None  # nothing asks for one
+
+
+def test_the_gguf_and_a_tokenizer_config_state_bos(bos_gguf: Path, converted: Path, tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(converted)
+    resolved = resolve_model(str(bos_gguf), cache_dir=converted.parent.parent)
+    assert stated_bos(resolved, config=config) == "bos.gguf's tokenizer.ggml.add_bos_token"
+
+    folder = resolve_model(str(converted), cache_dir=tmp_path)  # the converted folder given as a folder
+    assert stated_bos(folder, config=config) == f"{converted}'s tokenizer_config.json add_bos_token"
+
+
+def test_the_hf_engine_refuses_a_tokenizer_that_drops_the_bos_its_model_asks_for(
+    bos_gguf: Path, converted: Path, dropping_tokenizer: Path
+) -> None:
+    config = WorkerConfig(cache_dir=str(converted.parent.parent))
+    options = EngineOptions(name="hf")
+
+    with pytest.raises(
+        PosbiasError,
+        match=r"bos\.gguf's tokenizer\.ggml\.add_bos_token says so.*job's `tokenizer`.*adds none",
+    ):
+        build_model(
+            str(bos_gguf),
+            revision=None,
+            tokenizer=str(dropping_tokenizer),
+            options=options,
+            overrides={},
+            config=config,
+        )
+    built = build_model(
+        str(bos_gguf), revision=None, tokenizer=None, options=options, overrides={}, config=config
+    )
+    assert built.tokenizer.prompt_bos_id == BOS_ID
+
+
+def _trial() -> tuple[Trial, dict[str, Question]]:
+    questions = {
+        f"q{i}": Question(
+            id=f"q{i}", subject="s", question="Read the questions", choices=("one", "each"), answer=0
+        )
+        for i in range(2)
+    }
+    return Trial(index=0, batch_size=2, iteration=0, question_ids=tuple(questions)), questions
+
+
+@pytest.mark.parametrize(
+    "chat_template", [ChatTemplateUse.off, ChatTemplateUse.on], ids=["plain", "template"]
+)
+def test_a_rendered_prompt_begins_with_bos_exactly_once(
+    converted: Path, chat_template: ChatTemplateUse
+) -> None:
+    """Plain: the tokenizer adds BOS. Template: the template writes it and the tokenizer adds none."""
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(converted)
+    loaded.chat_template = GEMMA_TEMPLATE
+    trial, questions = _trial()
+
+    prompt = render(
+        trial,
+        questions=questions,
+        template=PromptTemplate(),
+        chat_template=chat_template,
+        tokenizer=HfTokenizer(loaded, prompt_bos_id=BOS_ID),
+    )
+
+    assert prompt.token_ids is not None
+    assert prompt.token_ids[0] == BOS_ID and prompt.token_ids[1] != BOS_ID
+    assert prompt.chat_template_used is (chat_template is ChatTemplateUse.on)
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (GEMMA_TEMPLATE.replace("{{ bos_token }}", ""), "does not begin with the model's BOS token"),
+        ("{{ bos_token }}" + GEMMA_TEMPLATE, "begins with the model's BOS token \\(id 2\\) twice"),
+    ],
+    ids=["template-without-bos", "template-writing-bos-twice"],
+)
+def test_a_prompt_without_bos_or_with_two_is_refused(converted: Path, template: str, message: str) -> None:
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(converted)
+    loaded.chat_template = template
+    trial, questions = _trial()
+
+    with pytest.raises(PosbiasError, match=message):
+        render(
+            trial,
+            questions=questions,
+            template=PromptTemplate(),
+            chat_template=ChatTemplateUse.on,
+            tokenizer=HfTokenizer(loaded, prompt_bos_id=BOS_ID),
+        )
