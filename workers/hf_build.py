@@ -1,7 +1,15 @@
 """Building a model in transformers for the `hf` engine: resolved as vLLM resolves it (hub id, folder, GGUF
 file converted once, `demo`), its config changed by the job's and the variant's `hf_overrides` before the
 model is built, the answer-rows attention (`workers/hf_attention.py`), and its layers read back from the
-modules that were built."""
+modules that were built.
+
+On CUDA the model goes onto the GPUs its actor reserved: `engine.tensor_parallel_size` of them (Ray shows the
+actor exactly those). One GPU takes the whole model; more take its layers spread by accelerate's
+`device_map="auto"` (balanced), each GPU's share capped at `engine.gpu_memory_utilization` of its memory,
+the rest left for activations. Nothing is offloaded to the CPU or disk: a model that does not fit the GPUs is
+refused with the number to raise. This is a split by layers (one GPU computes at a time), not vLLM's tensor
+parallelism: it makes a model larger than one GPU run, not run faster.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +18,8 @@ from typing import Any
 
 from posbias.schemas import EngineOptions, LayerConfig, ModelInfo, PosbiasError, WorkerConfig, one_line
 from posbias.workers.hf_attention import register
-from posbias.workers.models import bos_fix, read_model_info, resolve_model, stated_bos
-from posbias.workers.tokenizer import HfTokenizer, prompt_bos_id
+from posbias.workers.models import read_model_info, resolve_model
+from posbias.workers.tokenizer import HfTokenizer
 from posbias.workers.variants import apply_overrides, layer_config
 
 _DTYPES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16"}
@@ -26,6 +34,11 @@ class BuiltModel:
     layers: LayerConfig
     model_info: ModelInfo
     device: str
+    """`cuda` or `cpu`."""
+    input_device: str
+    """Where the input ids go: the device of the embeddings (the first GPU of a spread model)."""
+    gpus: int
+    """GPUs the weights lie on (0 on CPU)."""
     dtype: str
     version: str
     max_model_len: int
@@ -41,15 +54,18 @@ def build_model(
     options: EngineOptions,
     overrides: dict[str, Any],
     config: WorkerConfig,
+    device: str | None = None,
 ) -> BuiltModel:
-    """Load `model` in transformers with `overrides` applied to its config. Raises `PosbiasError` with the
-    loader's error on one line."""
+    """Load `model` in transformers with `overrides` applied to its config, on `device` (`cuda` or `cpu`;
+    None: `cuda` where torch sees a GPU). Raises `PosbiasError` with the loader's error on one line, and when
+    the model does not fit the GPUs it may use."""
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     resolved = resolve_model(model, revision=revision, tokenizer=tokenizer, cache_dir=config.cache_dir)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    placement = _placement(device, gpus=options.tensor_parallel_size, share=options.gpu_memory_utilization)
     try:
         hf_config = AutoConfig.from_pretrained(
             resolved.model, revision=resolved.revision, trust_remote_code=options.trust_remote_code
@@ -65,6 +81,7 @@ def build_model(
             attn_implementation=register(),
             dtype=getattr(torch, dtype),
             trust_remote_code=options.trust_remote_code,
+            **placement,
         )
         loaded = AutoTokenizer.from_pretrained(
             resolved.tokenizer or resolved.model,
@@ -73,15 +90,17 @@ def build_model(
         )
     except Exception as exc:
         raise PosbiasError(f"transformers could not load {model}: {one_line(exc)}") from None
-    try:
-        bos = prompt_bos_id(
-            loaded, stated=stated_bos(resolved, config=hf_config), model=model, fix=bos_fix(resolved)
-        )
-    except PosbiasError:
-        del built  # the weights go now, not with the traceback that holds this frame
-        raise
-    built.to(device)
+    if not placement:
+        built.to(device)
     built.eval()
+    spread = _gpus_used(built, device=device)
+    if spread is None:
+        del built
+        raise PosbiasError(
+            f"{model} does not fit in {options.tensor_parallel_size} GPU(s) at gpu_memory_utilization "
+            f"{options.gpu_memory_utilization} in {dtype}: accelerate put part of it on the CPU or disk; "
+            "raise engine.tensor_parallel_size (the GPUs its actor reserves) or gpu_memory_utilization"
+        )
     text = built.config.get_text_config()
     layers = built_layers(built, text_config=text)
     info = read_model_info(built.config, name=model, revision=revision, weights_dir=resolved.local_dir)
@@ -98,10 +117,12 @@ def build_model(
     context = int(getattr(text, "max_position_embeddings", 0) or 0) or 4096
     return BuiltModel(
         model=built,
-        tokenizer=HfTokenizer(loaded, prompt_bos_id=bos),
+        tokenizer=HfTokenizer(loaded),
         layers=layers,
         model_info=info,
         device=device,
+        input_device=str(built.get_input_embeddings().weight.device),
+        gpus=spread,
         dtype=dtype,
         version=str(transformers.__version__),
         max_model_len=min(options.max_model_len or context, context),
@@ -123,7 +144,43 @@ def built_layers(model: Any, *, text_config: Any) -> LayerConfig:
     return LayerConfig(windows=tuple(windows), rope_theta=bases or tuple(None for _ in windows))
 
 
+def _placement(device: str, *, gpus: int, share: float) -> dict[str, Any]:
+    """`from_pretrained`'s placement arguments: none on CPU (the model is moved after), the whole model on
+    the one GPU, or spread over `gpus` GPUs, each holding at most `share` of its memory."""
+    if device != "cuda":
+        return {}
+    import torch
+
+    if not torch.cuda.is_available():
+        raise PosbiasError("engine hf was asked to run on cuda, but torch sees no GPU here")
+    visible = torch.cuda.device_count()
+    if gpus > visible:
+        raise PosbiasError(
+            f"engine.tensor_parallel_size is {gpus}, but this worker sees {visible} GPU(s) "
+            "(CUDA_VISIBLE_DEVICES, or the GPUs Ray gave its actor); lower it to the GPUs a node has"
+        )
+    if gpus == 1:
+        return {"device_map": {"": 0}}
+    memory: dict[int | str, int] = {
+        i: int(torch.cuda.get_device_properties(i).total_memory * share) for i in range(gpus)
+    }
+    return {"device_map": "auto", "max_memory": memory}
+
+
+def _gpus_used(model: Any, *, device: str) -> int | None:
+    """The GPUs `model`'s weights lie on; None when some lie on the CPU or disk of a CUDA engine."""
+    if device != "cuda":
+        return 0
+    where = set(getattr(model, "hf_device_map", {}).values()) or {next(model.parameters()).device.index}
+    if any(not isinstance(place, int) for place in where):
+        return None
+    return len(where)
+
+
 def _dtype(asked: str, *, config: Any, device: str) -> str:
+    """The dtype to build in: the one asked; for `auto`, float32 on CPU, and on GPU the checkpoint's own when
+    it is 16-bit, else bfloat16 (float16 on a GPU without bfloat16), as vLLM's `auto` runs a float32
+    checkpoint."""
     if asked in _DTYPES:
         return _DTYPES[asked]
     if asked == "bfloat16":
@@ -131,4 +188,9 @@ def _dtype(asked: str, *, config: Any, device: str) -> str:
     if device == "cpu":
         return "float32"
     stated = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
-    return stated.removeprefix("torch.")
+    stated = stated.removeprefix("torch.")
+    if stated in ("bfloat16", "float16"):
+        return stated
+    import torch
+
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"

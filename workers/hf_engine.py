@@ -79,14 +79,22 @@ class HfEngine(EngineBase[HfTokenizer]):
         options: EngineOptions | None = None,
         variant: Variant | None = None,
         config: WorkerConfig,
+        device: str | None = None,
     ) -> None:
-        """Load `model` with the config changes of `options` and `variant`, then run the mask canary.
-        Raises `PosbiasError` when the model cannot be loaded, when it built other layers than the variant
-        expects, when the canary fails, and when a position gap is asked and the mask moves with it."""
+        """Load `model` with the config changes of `options` and `variant` on `device` (`cuda`, `cpu`;
+        None: `cuda` where there is a GPU), then run the mask canary. Raises `PosbiasError` when the model
+        cannot be loaded or does not fit its GPUs, when it built other layers than the variant expects, when
+        the canary fails, and when a position gap is asked and the mask moves with it."""
         options = options or EngineOptions(name="hf")
         overrides = merge_overrides(options.hf_overrides, variant.hf_overrides if variant else {})
         self._built: BuiltModel = build_model(
-            model, revision=revision, tokenizer=tokenizer, options=options, overrides=overrides, config=config
+            model,
+            revision=revision,
+            tokenizer=tokenizer,
+            options=options,
+            overrides=overrides,
+            config=config,
+            device=device,
         )
         self._model = self._built.model
         self._tokenizer = self._built.tokenizer
@@ -205,7 +213,7 @@ class HfEngine(EngineBase[HfTokenizer]):
             answer_sheet=self._sheet,
             state_bytes_per_trial=state,
             map_bytes_peak=self._map_bytes,
-            peak_memory_bytes=_peak_memory(self._built.device),
+            peak_memory_bytes=_peak_memory(self._built.device, gpus=self._built.gpus),
         )
         return result.model_copy(update={"attention": attention})
 
@@ -243,7 +251,7 @@ class HfEngine(EngineBase[HfTokenizer]):
                 lines=[(k, range(len(prompt) + first, len(prompt) + slot)) for k, first, slot in slots],
                 window=self._model_info.sliding_window,
             )
-        device = self._built.device
+        device = self._built.input_device
         input_ids = torch.tensor([prompt + sheet_ids], dtype=torch.long, device=device)
         positions = torch.arange(total, device=device)
         if self._gap is not None and rendered is not None:
@@ -299,12 +307,20 @@ class HfEngine(EngineBase[HfTokenizer]):
         return found[0] if found else encoded.ids[-1]
 
     def close(self) -> None:
-        """Drop the model and free its memory; safe to call twice."""
+        """Drop the model and free its memory, on a GPU too (the caching allocator's blocks are handed back,
+        so `torch.cuda.memory_allocated` is where it was before the load); safe to call twice."""
         if getattr(self, "_model", None) is None:
             return
+        on_gpu = self._built.device == "cuda"
         self._model = None
         self._built = None  # type: ignore[assignment]
+        self._rendered.clear()
+        self._scored.clear()
         gc.collect()
+        if on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
 
 
 def sheet_text(asked: Sequence[int], chosen: dict[int, int]) -> str:
@@ -373,10 +389,10 @@ def _rows(recorder: Recorder, *, kinds: Sequence[LayerKind]) -> _Scored:
     return _Scored(rows=rows, state_bytes=len(rows) * 19 * 8)
 
 
-def _peak_memory(device: str) -> int | None:
+def _peak_memory(device: str, *, gpus: int) -> int | None:
     if device == "cuda":
         import torch
 
-        return int(torch.cuda.max_memory_allocated())
+        return sum(int(torch.cuda.max_memory_allocated(i)) for i in range(max(gpus, 1)))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)

@@ -1,8 +1,10 @@
-"""The `hf` engine: transformers with eager attention, teacher-forced, recording attention
+"""The `hf` engine: transformers, teacher-forced, recording the attention of the answer rows
 (`workers/hf_engine.py`).
 
 Its actor holds the dispatcher's engine device as a vLLM engine's does: on a GPU cluster it reserves
-`tensor_parallel_size` GPUs, so that Ray shows it a GPU and transformers runs there, not on the CPU.
+`tensor_parallel_size` GPUs, so that Ray shows it those GPUs and transformers runs there, not on the CPU.
+For hf that number means "spread over that many GPUs": one GPU holds the whole model, more hold its layers
+split by accelerate's `device_map="auto"` (`workers/hf_build.py`), for a model larger than one GPU.
 """
 
 from __future__ import annotations
