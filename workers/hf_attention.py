@@ -82,8 +82,12 @@ class Recorder:
     layers: dict[int, LayerMasses] = field(default_factory=dict)
     map_bytes_peak: int = 0
     raw: dict[int, torch.Tensor] | None = None
-    """When set (the mask canary), each layer's full map `(heads, L, L)` is kept here too, for a small prompt
-    only: every row's weights are computed."""
+    """When set, each layer's full map `(heads, L, L)` is kept here too, for a small prompt only: every
+    row's weights are computed."""
+    blocks: Callable[[int, int, torch.Tensor], None] | None = None
+    """When set (the mask canary), every row's weights are handed to it a block of rows at a time, as
+    `(layer, first row, weights (heads, rows, keys))` in float32, and kept nowhere: a check over the whole
+    map in the memory of one block (`CHUNK_BYTES`)."""
 
 
 @dataclass(frozen=True)
@@ -359,6 +363,15 @@ def _record(
     softcap: float | None,
 ) -> None:
     where = recorder.layout
+    if recorder.blocks is not None:
+        length, heads = query.shape[2], query.shape[1]
+        block = max(1, CHUNK_BYTES // (4 * heads * key.shape[2]))
+        for start in range(0, length, block):
+            rows = torch.arange(start, min(length, start + block))
+            weights = row_weights(query, key, mask, rows, scale=scale, softcap=softcap)
+            recorder.map_bytes_peak = max(recorder.map_bytes_peak, weights.numel() * weights.element_size())
+            recorder.blocks(index, start, weights)
+            del weights
     if recorder.raw is not None:
         rows = torch.arange(query.shape[2])
     elif where is not None and where.lines:

@@ -4,7 +4,8 @@ a softcap ignored would show) and `query_pre_attn_scalar`, Gemma 3's query/key n
 sliding windows, grouped-query heads (4 query heads on 2 or 1 key heads), a position gap, and a
 packed-sequence split that transformers reads from the position ids when no mask is given. The weights, the
 masses and the logits must match eager's in float32; the map held is the answer rows', not the whole
-sequence's."""
+sequence's; the mask canary, which reads every row, reads them a block at a time and finds what the whole
+maps say."""
 
 from __future__ import annotations
 
@@ -144,3 +145,26 @@ def test_only_the_answer_rows_are_held() -> None:
         held[name] = recorder.map_bytes_peak
     # 4 heads x 6 answer rows x 96 keys in float32, against eager's 4 x 96 x 96.
     assert held == {"rows": 4 * 6 * LENGTH * 4, "eager": 4 * LENGTH * LENGTH * 4}
+
+
+def test_the_canary_reads_the_whole_map_a_block_of_rows_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from posbias.workers import hf_attention
+    from posbias.workers.hf_canary import attention_maps, canary_ids, read_layers
+
+    model = tiny("gemma2")
+    ids = canary_ids(3 * WINDOW, vocab_size=128, first=None)
+    maps = attention_maps(model, ids)  # whole maps, kept: a short prompt only
+    monkeypatch.setattr(hf_attention, "CHUNK_BYTES", 4 * 4 * 3 * WINDOW * 5)  # blocks of 5 rows
+    backs = [WINDOW, 2 * WINDOW, WINDOW, 2 * WINDOW]
+    stats = read_layers(model, ids, backs=backs)
+    rows, keys = torch.arange(3 * WINDOW).view(-1, 1), torch.arange(3 * WINDOW).view(1, -1)
+    for layer, weights in maps.items():
+        back = backs[layer]
+        beyond = float((weights * (rows - keys >= back)).sum(dim=-1).max())
+        edge_rows = torch.arange(back - 1, 3 * WINDOW)
+        edge = float(weights[:, edge_rows, edge_rows - (back - 1)].max(dim=0).values.min())
+        assert stats[layer].beyond == pytest.approx(beyond, abs=TOLERANCE)
+        assert stats[layer].edge == pytest.approx(edge, abs=TOLERANCE)
+        attended = weights != 0
+        assert torch.equal(stats[layer].pattern[..., 2], attended.sum(dim=-1))
+    assert stats[0].beyond == 0.0 and stats[1].beyond > 0.0  # sliding, then global
