@@ -131,7 +131,8 @@ def bench(setting: Setting, *, options: argparse.Namespace, workdir: Path) -> No
     from support.tinymodels import build_tiny_model
     from support.vllmserve import vllm_serve
 
-    from posbias.workers.models import convert_gguf, demo_model_path
+    from posbias.workers.gguf_files import convert_gguf
+    from posbias.workers.models import demo_model_path
     from posbias.workers.openai_engine import OpenAIEngine
     from posbias.workers.vllm_engine import VllmEngine
 

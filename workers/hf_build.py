@@ -19,6 +19,7 @@ from typing import Any
 from posbias.schemas import EngineOptions, LayerConfig, ModelInfo, PosbiasError, WorkerConfig, one_line
 from posbias.workers.hf_attention import register
 from posbias.workers.models import read_model_info, resolve_model
+from posbias.workers.prompt_bos import bos_fix, prompt_bos_id, stated_bos
 from posbias.workers.tokenizer import HfTokenizer
 from posbias.workers.variants import apply_overrides, layer_config
 
@@ -90,6 +91,13 @@ def build_model(
         )
     except Exception as exc:
         raise PosbiasError(f"transformers could not load {model}: {one_line(exc)}") from None
+    try:
+        bos = prompt_bos_id(
+            loaded, stated=stated_bos(resolved, config=hf_config), model=model, fix=bos_fix(resolved)
+        )
+    except PosbiasError:
+        del built  # the weights go now, not with the traceback that holds this frame
+        raise
     if not placement:
         built.to(device)
     built.eval()
@@ -117,7 +125,7 @@ def build_model(
     context = int(getattr(text, "max_position_embeddings", 0) or 0) or 4096
     return BuiltModel(
         model=built,
-        tokenizer=HfTokenizer(loaded),
+        tokenizer=HfTokenizer(loaded, prompt_bos_id=bos),
         layers=layers,
         model_info=info,
         device=device,

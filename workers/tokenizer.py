@@ -153,36 +153,6 @@ class RemoteTokenizer:
         return self._session.run(self._session.request(path, body, root=True))
 
 
-def prompt_bos_id(tokenizer: Any, *, stated: str | None, model: str, fix: str) -> int | None:
-    """The BOS token id the prompts of `model` must begin with exactly once, checked at model load: the
-    tokenizer's BOS when it adds one to an encoded text, None when it adds none and nothing states the
-    model expects one.
-
-    `stated` says where the model states it expects BOS (e.g. "its GGUF file's
-    tokenizer.ggml.add_bos_token"), None when nothing does. Raises `PosbiasError` naming `fix` when it is
-    stated and the tokenizer adds none (every prompt would begin with an ordinary word, out of distribution
-    for the model), or when the tokenizer adds BOS twice."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    ids = [int(i) for i in tokenizer("Read", add_special_tokens=True)["input_ids"]]
-    adds = bos is not None and ids[:1] == [bos]
-    if stated is not None and not adds:
-        has = (
-            "has no BOS token"
-            if bos is None
-            else f"does not add its BOS token (id {bos}) to an encoded prompt"
-        )
-        raise PosbiasError(
-            f"{model} expects every prompt to begin with a BOS token ({stated} says so), but its tokenizer "
-            f"{has}; refusing to run it: {fix}"
-        )
-    if adds and ids[1:2] == [bos]:
-        raise PosbiasError(
-            f"{model}'s tokenizer adds its BOS token (id {bos}) twice to an encoded prompt; refusing to run "
-            f"it: {fix}"
-        )
-    return bos if adds else None
-
-
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's byte-level alphabet, character to byte (the inverse of its `bytes_to_unicode`)."""

@@ -68,7 +68,7 @@ def read_config(model: str, *, revision: str | None = None, cache_dir: str | Pat
     downloaded when it is not cached). Raises `PosbiasError` when it cannot be read."""
     from transformers import AutoConfig
 
-    from posbias.workers.models import converted_folder
+    from posbias.workers.gguf_files import converted_folder
 
     source = check_model_source(model)
     try:

@@ -25,9 +25,10 @@ from posbias.schemas import (
 )
 from posbias.schemas.variant import merge_overrides
 from posbias.workers.engine import EngineBase, Generation, GenerationRequest
-from posbias.workers.models import ResolvedModel, bos_fix, read_model_info, resolve_model, stated_bos
+from posbias.workers.models import ResolvedModel, read_model_info, resolve_model
 from posbias.workers.output_tokens import logprobs_by_text, token_offsets
-from posbias.workers.tokenizer import HfTokenizer, prompt_bos_id
+from posbias.workers.prompt_bos import bos_fix, prompt_bos_id, stated_bos
+from posbias.workers.tokenizer import HfTokenizer
 from posbias.workers.vllm_readback import read_attention, read_layers
 from posbias.workers.vllm_start import start_llm
 

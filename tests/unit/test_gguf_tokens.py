@@ -22,17 +22,12 @@ from posbias.schemas import (
     Trial,
     WorkerConfig,
 )
+from posbias.workers.gguf_files import CONVERSION_STAMP, convert_gguf, gguf_token_settings
 from posbias.workers.hf_build import build_model
-from posbias.workers.models import (
-    CONVERSION_STAMP,
-    convert_gguf,
-    gguf_token_settings,
-    local_tokenizer,
-    resolve_model,
-    stated_bos,
-)
+from posbias.workers.models import local_tokenizer, resolve_model
+from posbias.workers.prompt_bos import prompt_bos_id, stated_bos
 from posbias.workers.prompts import render
-from posbias.workers.tokenizer import HfTokenizer, prompt_bos_id
+from posbias.workers.tokenizer import HfTokenizer
 
 GEMMA_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<start_of_turn>user\n{{ message['content'] }}<end_of_turn>\n"

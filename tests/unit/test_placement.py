@@ -9,7 +9,8 @@ import pytest
 
 from posbias.schemas import EngineName, JobSpec, PosbiasError, ShardSpec
 from posbias.service.dispatch.placement import Device, Placer, engine_device
-from posbias.workers.models import demo_model_path, gguf_context_length
+from posbias.workers.gguf_files import gguf_context_length
+from posbias.workers.models import demo_model_path
 from posbias.workers.vllm_start import _memory_refusal
 
 
