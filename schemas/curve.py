@@ -125,6 +125,11 @@ class Curve(Record):
         description="p-value of the test that accuracy does not depend on position at all (positions "
         "permuted within each cluster; valid under the random and rotation designs).",
     )
+    shape_method: str | None = Field(
+        None,
+        description="How `shape_p` was found: `permutation` (999 permutations within clusters) or "
+        "`large-sample` (the permutation distribution's chi-squared form, for jobs past 20,000 answers).",
+    )
     note: str | None = Field(
         None,
         description="What the reader must know, e.g. that some jobs' token offsets are unknown (a served "

@@ -276,4 +276,10 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
             f"difficulty adjusted{whole})"
         )
     if c.shape_p is not None:
-        out.print(f"no position effect at all: p = {c.shape_p:.3g} (permutation test within clusters)")
+        how = (
+            "the permutation test's large-sample form"
+            if c.shape_method == "large-sample"
+            else "permutation test within clusters"
+        )
+        shown = "p < 0.001" if c.shape_p < 0.001 else f"p = {c.shape_p:.3g}"
+        out.print(f"no position effect at all: {shown} ({how})")

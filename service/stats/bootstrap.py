@@ -39,6 +39,10 @@ band of a paired difference covered 19% at 4 clusters, 73% at 8, 90% at 12 and 9
 the pointwise difference 85-86% at 4 and 95% from 8 on. Below it a curve or comparison says so."""
 _CHUNK = 200
 """Bootstrap resamples computed at a time (memory: chunk x clusters weights)."""
+_WEIGHTS_AT_ONCE = 1_000_000
+"""Resample x unit weights held at once past `DRAW_UP_TO` units."""
+DRAW_UP_TO = 2_000
+"""Units (clusters) of a stratum up to which the weights come from numpy's multinomial sampler (`_counts`)."""
 
 
 @dataclass(frozen=True)
@@ -90,24 +94,56 @@ def bootstrap(
     """
     units = 1 + max(int(m.max()) for m in membership if m.size)
     rng = np.random.default_rng(seed)
-    out = [tuple(np.empty((resamples + 1, s[0].shape[1])) for _ in range(3)) for s in sums]
+    out = [np.empty((resamples + 1, 3 * s[0].shape[1])) for s in sums]
+    stacked = [_stacked(counts) for counts in sums]
     done = 0
-    for chunk in chunks(resamples + 1):
+    # Past DRAW_UP_TO units, fewer resamples at a time: memory is a few chunk x units arrays.
+    at_once = _CHUNK if units <= DRAW_UP_TO else max(1, min(_CHUNK, _WEIGHTS_AT_ONCE // units))
+    for chunk in (c for whole in chunks(resamples + 1) for c in _pieces(whole, at_once)):
         weights = np.zeros((chunk, units))
         for stratum in strata:
             size = len(stratum)
             if size:
-                weights[:, stratum] = rng.multinomial(size, np.full(size, 1.0 / size), size=chunk)
+                weights[:, stratum] = _counts(rng, size, chunk)
         if done == 0:
             weights[0] = 0.0
             for stratum in strata:
                 weights[0, stratum] = 1.0
-        for i, counts in enumerate(sums):
+        for i, values in enumerate(stacked):
             w = weights[:, membership[i]]
-            for target, values in zip(out[i], counts, strict=True):
-                target[done : done + chunk] = w @ values
+            out[i][done : done + chunk] = w.astype(values.dtype) @ values
         done += chunk
-    return [Resampled(correct=c, parsed=m, answered=a) for c, m, a in out]
+    width = [s[0].shape[1] for s in sums]
+    return [
+        Resampled(correct=o[:, :k], parsed=o[:, k : 2 * k], answered=o[:, 2 * k :])
+        for o, k in zip(out, width, strict=True)
+    ]
+
+
+def _pieces(total: int, size: int) -> list[int]:
+    return [min(size, total - start) for start in range(0, total, size)]
+
+
+def _counts(rng: np.random.Generator, size: int, chunk: int) -> Floats:
+    """Per resample (rows), how often each of `size` units is drawn when `size` are drawn with replacement:
+    multinomial counts. Up to `DRAW_UP_TO` units numpy's multinomial sampler (the draws every figure in the
+    tests and the coverage program rests on); past it the counts of `size` uniform draws, which have the
+    same distribution and cost a fraction of the time (the multinomial sampler is sequential over units)."""
+    if size <= DRAW_UP_TO:
+        return rng.multinomial(size, np.full(size, 1.0 / size), size=chunk).astype(np.float64)
+    draws = rng.integers(0, size, size=(chunk, size)) + (np.arange(chunk) * size)[:, None]
+    return np.bincount(draws.ravel(), minlength=chunk * size).reshape(chunk, size).astype(np.float64)
+
+
+def _stacked(counts: tuple[Floats, Floats, Floats]) -> Floats:
+    """A curve's (correct, parsed, answered) side by side, in float32 where every resampled sum stays an
+    integer below 2^24 (then float32 sums are exact and the same as float64's, at half the time)."""
+    values = np.hstack(counts)
+    units = values.shape[0]
+    exact = (
+        values.size > 0 and np.array_equal(values, np.round(values)) and units * float(values.max()) < 2**24
+    )
+    return values.astype(np.float32) if exact else values
 
 
 def too_few_clusters(clusters: int, *, unit: str = "trial") -> str | None:
@@ -142,12 +178,12 @@ def small_sample(df: int | None, z: float) -> float:
     probability, times sqrt(C / (C - 1)) for the bootstrap's variance, which is the clusters' divided by C
     instead of C - 1. With 100 clusters a 95% interval widens by 1.7%; without it, intervals and bands came
     out about a point short of their level (benchmarks/coverage.py)."""
-    from scipy.stats import norm, t
+    from scipy.special import ndtr, stdtrit  # scipy.stats costs half a second more to import
 
     if df is None or df < 1 or not math.isfinite(z) or z <= 0:
         return z
     clusters = df + 1
-    return float(t.ppf(norm.cdf(z), df)) * math.sqrt(clusters / (clusters - 1))
+    return float(stdtrit(df, ndtr(z))) * math.sqrt(clusters / (clusters - 1))
 
 
 def to_scale(values: Floats | float, bounds: Bounds) -> Floats:

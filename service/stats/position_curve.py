@@ -33,6 +33,7 @@ from posbias.service.stats.bootstrap import (
 from posbias.service.stats.intervals import Z95, points, wilson_interval
 from posbias.service.stats.regression import position_regression
 from posbias.service.stats.shape_test import PERMUTATIONS, shape_test
+from posbias.service.stats.shape_test import method as shape_method
 from posbias.service.stats.trial_data import DistanceRow, Floats, TrialData, cluster_codes
 
 
@@ -62,6 +63,7 @@ def build_curve(
         if bounded is not None:
             summaries["slope"], summaries["position_effect"] = bounded
         summaries["shape_p"] = shape_test(data, permutations=permutations, seed=seed)
+        summaries["shape_method"] = shape_method(data)
         if band:
             found = with_band(found, resampled, df=data.clusters - 1)
     return Curve(

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import Text, cast, func, select
 from sqlalchemy.orm import Session
 
 from posbias.schemas import BASELINE, JobStatus, LayerConfig, ModelInfo, ParseStatus, TrialStatus
-from posbias.service.stats.trial_data import DistanceRow, ResultRow, TrialData, TrialRow
+from posbias.service.stats import trial_columns
+from posbias.service.stats.trial_data import DistanceRow, TrialData
 from posbias.service.store import (
     IN_CHUNK,
     CurvePoint,
@@ -179,67 +180,61 @@ def trial_data(
     read them: pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by
     sampled set for jobs of the rotation design, for filler sweeps (each set shown at several lengths) and
     for probes (each set asked at every position).
-    Variants are never pooled: each is its own curve."""
+    Variants are never pooled: each is its own curve.
+
+    Read as columns (`service.store.columns`), batch by batch: memory is the trials x positions arrays, not
+    a Python object per answer."""
+    from posbias.service.store import columns  # Arrow costs half a second to import: only when read
+
     ids = sorted(set(job_ids))
     with db.read() as session:
         specs: dict[int, dict[str, Any]] = {
             job_id: spec for job_id, spec in session.execute(select(Job.id, Job.spec).where(Job.id.in_(ids)))
         }
-        rotation = {job_id: spec.get("design") == "rotation" for job_id, spec in specs.items()}
-        set_cluster = {job_id: shows_sets_again(spec) for job_id, spec in specs.items()}
-        trial_rows = session.execute(
-            select(
-                Trial.id,
-                Trial.job_id,
-                Trial.iteration,
-                Trial.question_ids,
-                Trial.choice_orders,
-                Trial.answer_order,
-                Trial.probe_position,
-                Trial.filler_tokens,
-            )
-            .where(
-                Trial.job_id.in_(ids),
-                Trial.batch_size == batch_size,
-                Trial.variant == variant,
-                Trial.status == TrialStatus.done,
-            )
-            .order_by(Trial.job_id, Trial.index)
-        ).all()
-        options = _option_counts(session, {qid for row in trial_rows for qid in row.question_ids})
-        results = [
-            ResultRow(trial_id, position, status == ParseStatus.ok, correct, gold, slot, distance)
-            for trial_id, position, status, correct, gold, slot, distance in session.execute(
-                select(
-                    Result.trial_id,
-                    Result.position,
-                    Result.parse_status,
-                    Result.correct,
-                    Result.gold_prob,
-                    Result.answer_slot,
-                    Result.token_distance,
-                )
-                .where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant)
-                .order_by(Result.trial_id, Result.position)
-            )
-        ]
-    trials = [
-        TrialRow(
-            trial_id=row.id,
-            job_id=row.job_id,
-            iteration=row.iteration,
-            question_ids=row.question_ids,
-            choice_orders=row.choice_orders,
-            rotation_design=rotation.get(row.job_id, False),
-            n_options=[options.get(qid, 0) or 1 for qid in row.question_ids],
-            answer_order=row.answer_order,
-            probe=row.probe_position,
-            filler_tokens=row.filler_tokens,
-            set_cluster=set_cluster.get(row.job_id, False),
+    by_set = {
+        job_id for job_id, spec in specs.items() if spec.get("design") == "rotation" or shows_sets_again(spec)
+    }
+    trials = columns.read_table(
+        db,
+        select(
+            Trial.id.label("trial_id"),
+            Trial.job_id,
+            Trial.iteration,
+            columns.filled(Trial.probe_position, 0).label("probe"),
+            Trial.filler_tokens,
+            cast(Trial.question_ids, Text).label("question_ids"),
+            columns.filled(cast(Trial.choice_orders, Text), "").label("choice_orders"),
+            columns.filled(cast(Trial.answer_order, Text), "").label("answer_order"),
         )
-        for row in trial_rows
-    ]
-    return TrialData.from_rows(trials, results, batch_size=batch_size)
+        .where(
+            Trial.job_id.in_(ids),
+            Trial.batch_size == batch_size,
+            Trial.variant == variant,
+            Trial.status == TrialStatus.done,
+        )
+        .order_by(Trial.job_id, Trial.id),
+    )
+    table = trial_columns.TrialColumns.read(trials, by_set=by_set)
+
+    def options(question_ids: set[str]) -> dict[str, int]:
+        with db.read() as session:
+            return _option_counts(session, question_ids)
+
+    codes = trial_columns.QuestionCodes(options)
+    results = columns.record_batches(
+        db,
+        select(
+            Result.trial_id,
+            Result.position,
+            (Result.parse_status == ParseStatus.ok).label("parsed"),
+            Result.correct,
+            columns.filled(Result.gold_prob, trial_columns.NO_FLOAT).label("gold_prob"),
+            columns.filled(Result.answer_slot, trial_columns.NO_INT).label("answer_slot"),
+            columns.filled(Result.token_distance, trial_columns.NO_INT).label("token_distance"),
+            Result.question_id,
+        ).where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant),
+    )
+    return trial_columns.build(table, (codes.batch(b) for b in results), batch_size=batch_size)
 
 
 def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:

@@ -40,7 +40,7 @@ class TrialRow(NamedTuple):
     rotation_design: bool
     """True when the trial's job used the rotation design: its sampled set is its cluster."""
     n_options: Sequence[int] | None = None
-    """Options per position, when known (for the chance line)."""
+    """Options per position, when known (for the chance line: the mean of 1 / options over the answers)."""
     answer_order: Sequence[int] | None = None
     """Positions in the order asked; None for forward order."""
     probe: int | None = None
@@ -285,13 +285,13 @@ class TrialData:
                     slot[row, c] = line
                 if r.token_distance is not None:
                     distance[row, c] = r.token_distance
+                if trial.n_options and c < len(trial.n_options):
+                    options.append(1.0 / trial.n_options[c])
             clusters.append(
                 (trial.job_id, trial.iteration, -1)
                 if trial.rotation_design or trial.set_cluster
                 else (trial.job_id, -1, trial.trial_id)
             )
-            if trial.n_options:
-                options.extend(1.0 / k for k in trial.n_options)
         rotation = any(trial.rotation_design or trial.set_cluster for trial, _ in kept)
         return cls(
             batch_size=n,

@@ -47,6 +47,7 @@ _HOMES: dict[str, str] = {
 """Each exported name -> the module that defines it."""
 
 _MODULES: tuple[str, ...] = (
+    "columns",
     "database",
     "database_url",
     "migrate",

@@ -28,6 +28,7 @@ from posbias.service.store.tables import Schedule as Schedule
 from posbias.service.store.tables import Shard as Shard
 from posbias.service.store.tables import Trial as Trial
 
+from . import columns as columns
 from . import database as database
 from . import database_url as database_url
 from . import migrate as migrate
@@ -57,6 +58,7 @@ __all__ = [
     "Trial",
     "check_schema",
     "check_sqlite_file",
+    "columns",
     "create_db_engine",
     "database",
     "database_url",

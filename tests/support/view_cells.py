@@ -56,6 +56,7 @@ VIEWS = [
     "python-explain",
     "python-options",
     "python-curves",
+    "python-columns",
 ]
 """What each job is shown in. `curve-plot` writes each job's plot in one of `PLOTS` in turn (by the order the
 store's jobs were submitted in), with the band every other job (so each format is drawn with and without
@@ -366,8 +367,74 @@ def _view(m: Store, name: str, view: str) -> None:
             assert sum(p.n for c in found for p in c.points) == len(answers)
         else:
             assert not _has_answers(m, job_id)
+    elif view == "python-columns":
+        _same_columns(m, job_id)
     else:
         raise AssertionError(f"no view {view}")
+
+
+def _same_columns(m: Store, job_id: int) -> None:
+    """The answers as every analysis reads them (columns: by ADBC, and by SQLAlchemy where no driver is
+    installed) are `TrialData.pool`'s over the store's rows (`reference_trial_data`), at every batch size
+    and variant."""
+    from posbias.service.stats import queries
+    from posbias.service.store import columns
+    from support.reference_rows import reference_trial_data
+
+    db = database.connect(m.url, read_only=True)
+    try:
+        with db.read() as session:
+            found = session.execute(
+                select(Trial.batch_size, Trial.variant).where(Trial.job_id == job_id).distinct()
+            ).all()
+        for batch_size, variant in found:
+            expected = reference_trial_data(db, job_ids=[job_id], batch_size=batch_size, variant=variant)
+            adbc = queries.trial_data(db, job_ids=[job_id], batch_size=batch_size, variant=variant)
+            original = columns.adbc_connection
+            columns.adbc_connection = lambda _db: None  # type: ignore[assignment]
+            try:
+                plain = queries.trial_data(db, job_ids=[job_id], batch_size=batch_size, variant=variant)
+            finally:
+                columns.adbc_connection = original  # type: ignore[assignment]
+            for got in (adbc, plain):
+                assert_same_data(got, expected)
+    finally:
+        db.close()
+
+
+def assert_same_data(got: Any, expected: Any) -> None:
+    """Two `TrialData` hold the same answers in the same trials and clusters (question codes may be numbered
+    differently: they must map one to one where there are answers)."""
+    import numpy as np
+
+    for name in (
+        "correct",
+        "parsed",
+        "answered",
+        "gold_prob",
+        "slot",
+        "distance",
+        "filler",
+        "lines",
+        "cluster",
+    ):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert np.array_equal(a, b, equal_nan=True), name
+    assert (got.batch_size, got.jobs, got.duplicates) == (
+        expected.batch_size,
+        expected.jobs,
+        expected.duplicates,
+    )
+    assert got.cluster_unit == expected.cluster_unit
+    assert (got.chance is None) == (expected.chance is None)
+    if got.chance is not None:
+        assert abs(got.chance - expected.chance) < 1e-12
+    mask = got.answered > 0
+    pairs = set(zip(got.questions[mask].tolist(), expected.questions[mask].tolist(), strict=True))
+    assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs})
+    assert len(got.keys) == len(expected.keys) and len(set(got.keys)) == len(set(expected.keys))
 
 
 def _viewer(m: Store, name: str, view: str) -> None:
