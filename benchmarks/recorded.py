@@ -25,6 +25,15 @@ _NUMBER = r"[\d,]+(?:\.\d+)?"
 
 
 @dataclass(frozen=True)
+class ViewFigure:
+    """What the Views section recorded for one view at one size."""
+
+    seconds: float | None
+    megabytes: float | None
+    """Peak MB of the process (for the report page's row: the page's size)."""
+
+
+@dataclass(frozen=True)
 class Guard:
     """The `### Figures` text of one README section, and when it was recorded."""
 
@@ -86,6 +95,28 @@ class Guard:
             match = re.search(pattern, block.group(0), re.MULTILINE)
             if match:
                 found[key] = _number(match.group(1))
+        return found
+
+    def views(self, database: str) -> dict[tuple[str, int], ViewFigure]:
+        """Views: the figures of `database`'s table (rows = views, columns = results), by (view, results);
+        a view that timed out, went over the memory cap or failed has none."""
+        lines = self.text.splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith(f"{database}: seconds")), None)
+        if start is None or start + 1 >= len(lines):
+            return {}
+        sizes = [int(size.replace(",", "")) for size in re.findall(r"([\d,]+) results", lines[start + 1])]
+        found: dict[tuple[str, int], ViewFigure] = {}
+        for line in lines[start + 2 :]:
+            if not line.strip() or line.startswith("```"):
+                break
+            label, *cells = re.split(r"\s{2,}", line.strip())
+            for size, cell in zip(sizes, cells, strict=False):
+                both = re.fullmatch(rf"({_NUMBER}) s, ({_NUMBER}) MB", cell)
+                page = re.fullmatch(rf"({_NUMBER}) MB", cell)
+                if both:
+                    found[label, size] = ViewFigure(_number(both.group(1)), _number(both.group(2)))
+                elif page:
+                    found[label, size] = ViewFigure(None, _number(page.group(1)))
         return found
 
     # --- what is printed ------------------------------------------------------------------------------
