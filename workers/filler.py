@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -122,7 +122,7 @@ def filler_text(
 _CUTS: weakref.WeakKeyDictionary[Tokenizer, dict[tuple[object, ...], str]] = weakref.WeakKeyDictionary()
 
 
-def _running(sentences: Sequence[str], *, start: int, chars: int) -> str:
+def running_text(sentences: Sequence[str], *, start: int, chars: int) -> str:
     """Sentences from `start` on, wrapping around, joined by spaces, until at least `chars` long."""
     parts: list[str] = []
     length = 0
@@ -136,7 +136,7 @@ def _running(sentences: Sequence[str], *, start: int, chars: int) -> str:
 
 
 def _by_characters(sentences: Sequence[str], *, start: int, chars: int) -> str:
-    text = _running(sentences, start=start, chars=chars + 1)
+    text = running_text(sentences, start=start, chars=chars + 1)
     cut = text.rfind(" ", 0, chars + 1)
     return text[: cut if cut > 0 else chars]
 
@@ -149,25 +149,47 @@ def _count(text: str, *, tokenizer: Tokenizer, sep: str) -> list[tuple[int, int]
 
 
 def _by_tokens(sentences: Sequence[str], *, start: int, tokens: int, tokenizer: Tokenizer, sep: str) -> str:
+    text = ""
+
+    def running(chars: int) -> int:
+        nonlocal text
+        text = running_text(sentences, start=start, chars=chars)
+        return len(text)
+
+    def starts(length: int) -> list[int]:
+        return [s for s, _ in _count(text[:length], tokenizer=tokenizer, sep=sep)]
+
+    cut = cut_at(tokens, running=running, starts=starts)  # makes `text`: cut first, then slice
+    return text[:cut]
+
+
+def cut_at(tokens: int, *, running: Callable[[int], int], starts: Callable[[int], Sequence[int]]) -> int:
+    """Where filler of `tokens` (at least 1) tokens ends in its running text: how many of its characters
+    `filler_text` keeps. `running(chars)` makes the running text at least `chars` long (whole sentences) and
+    returns its length; `starts(length)` gives, for the first `length` characters of the last text made, the
+    start of each of their tokens as they sit between two separators (offsets into the text, in order),
+    counting only tokens that overlap the text. `filler_text` tokenizes those characters;
+    `workers/prompt_tokens.py` reads them from one tokenization of a long running text, so that a sweep of
+    many lengths costs about one.
+    """
     chars = tokens * CHARS_PER_TOKEN
     while True:
-        text = _running(sentences, start=start, chars=chars)
-        spans = _count(text, tokenizer=tokenizer, sep=sep)
+        length = running(chars)
+        spans = starts(length)
         if len(spans) > tokens:
             break
         chars *= 2
     # Cut at the start of token `tokens`; merges at the cut can move the count by a token, so adjust.
-    best = text[: spans[tokens][0]]
+    best = int(spans[tokens])
     for _ in range(4):
-        counted = len(_count(best, tokenizer=tokenizer, sep=sep))
-        if counted == tokens:
+        within = starts(best)
+        if len(within) == tokens:
             return best
-        within = _count(best, tokenizer=tokenizer, sep=sep)
-        if counted > tokens:
-            best = best[: within[tokens][0]]
+        if len(within) > tokens:
+            best = int(within[tokens])
         else:
-            longer = [s for s, _ in spans if s > len(best)]
+            longer = [s for s in spans if s > best]
             if not longer:
                 break
-            best = text[: longer[0]]
+            best = int(longer[0])
     return best
