@@ -147,80 +147,16 @@ def render(
     the prompt is one user turn (Gemma has no system role) and is encoded without special tokens, since the
     template already carries BOS; without one the tokenizer adds them.
     """
-    shown: list[tuple[Question, tuple[int, ...]]] = []
-    for position, qid in enumerate(trial.question_ids, start=1):
-        question = questions[qid]
-        order = (
-            trial.choice_orders[position - 1]
-            if trial.choice_orders is not None
-            else tuple(range(len(question.choices)))
-        )
-        if sorted(order) != list(range(len(question.choices))):
-            raise ValueError(f"trial {trial.index}: option order {order} does not permute question {qid}")
-        shown.append((question, order))
-    asked = trial.asked()
-    if sorted(set(asked)) != sorted(asked) or not set(asked) <= set(range(1, len(shown) + 1)):
-        raise ValueError(f"trial {trial.index}: it asks for positions {asked} of {len(shown)}")
-
-    most_options = max((len(order) for _, order in shown), default=0)
-    probe = trial.probe is not None
-    head = (template.probe_instructions if probe else template.instructions).replace(
-        "{options}", options_phrase(most_options)
-    )
-    if trial.filler_tokens and filler is None:
-        raise ValueError(f"trial {trial.index} has {trial.filler_tokens} filler tokens but no filler spec")
+    held = trial_filler(trial, filler=filler)
     padding = (
-        filler_text(filler, trial, seed=seed, tokenizer=tokenizer, separator=template.separator)
-        if filler is not None and trial.filler_tokens
+        filler_text(held, trial, seed=seed, tokenizer=tokenizer, separator=template.separator)
+        if held is not None
         else ""
     )
-    place = filler.where if filler is not None else None
-    after = filler.position if filler is not None and filler.position is not None else 0
-
-    parts: list[str] = []
-    offset = 0
-    filler_span: tuple[int, int] | None = None
-
-    def add(text: str) -> tuple[int, int]:
-        nonlocal offset
-        if parts:
-            offset += len(template.separator)
-        span = (offset, offset + len(text))
-        parts.append(text)
-        offset += len(text)
-        return span
-
-    add(head)
-    if trial.answer_order is not None:
-        order_text = ", ".join(map(str, trial.answer_order))
-        add(_fill(_ORDER_FIELDS, template.order_instruction, {"order": order_text}))
-    if padding and place is FillerPlace.before:
-        filler_span = add(padding)
-    spans: list[tuple[int, int]] = []
-    for position, (question, order) in enumerate(shown, start=1):
-        spans.append(add(question_block(template, position=position, question=question, order=order)))
-        if padding and place is FillerPlace.after and position == after:
-            filler_span = add(padding)
-    if padding and place is FillerPlace.end:
-        filler_span = add(padding)
-    if probe:
-        add(_fill(_PROBE_FIELDS, template.probe_request, {"number": str(trial.probe)}))
-    else:
-        add(template.answer_intro)
-    user_text = template.separator.join(parts)
-
-    use_template = uses_chat_template(chat_template, tokenizer=tokenizer)
-    text = user_text
-    shift = 0
-    if use_template:
-        assert tokenizer is not None
-        text = tokenizer.apply_chat_template(user_text)
-        shift = text.find(user_text)
-        if shift < 0:
-            raise PosbiasError(
-                "the model's chat template rewrites the prompt text, so questions cannot be located in it; "
-                "set chat_template to off"
-            )
+    laid = compose(trial, questions=questions, template=template, filler=filler, padding=padding)
+    wrapped = wrap(laid.user_text, chat_template=chat_template, tokenizer=tokenizer)
+    text, shift, use_template = wrapped.text, wrapped.shift, wrapped.chat_template_used
+    spans, filler_span, shown, asked = laid.spans, laid.filler_span, laid.shown, laid.asked
 
     token_ids: tuple[int, ...] | None = None
     token_spans: list[tuple[int | None, int | None]] = [(None, None)] * len(spans)
@@ -251,7 +187,7 @@ def render(
         )
     )
     return RenderedPrompt(
-        user_text=user_text,
+        user_text=laid.user_text,
         text=text,
         chat_template_used=use_template,
         questions=rendered,
@@ -302,6 +238,128 @@ def render_trial(
         filler=spec.filler,
         seed=spec.seed,
     )
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A prompt before any chat template: its paragraphs and where the questions and the filler sit."""
+
+    user_text: str
+    """The paragraphs joined by the template's separator."""
+    spans: tuple[tuple[int, int], ...]
+    """Character span of each question block in `user_text`, by position."""
+    filler_span: tuple[int, int] | None
+    """Character span of the filler in `user_text`; None without filler."""
+    shown: tuple[tuple[Question, tuple[int, ...]], ...]
+    """Each position's question and the order its options are shown in."""
+    asked: tuple[int, ...]
+    """The positions the prompt asks for, in the order it asks them."""
+
+
+def trial_filler(trial: Trial, *, filler: FillerSpec | None) -> FillerSpec | None:
+    """`filler` when `trial`'s prompt holds filler, else None; a trial with filler tokens and no filler spec
+    is an error."""
+    if trial.filler_tokens and filler is None:
+        raise ValueError(f"trial {trial.index} has {trial.filler_tokens} filler tokens but no filler spec")
+    return filler if trial.filler_tokens > 0 else None
+
+
+def compose(
+    trial: Trial,
+    *,
+    questions: Mapping[str, Question],
+    template: PromptTemplate,
+    filler: FillerSpec | None,
+    padding: str,
+) -> Composed:
+    """The paragraphs of `trial`'s prompt, `padding` being its filler text (empty for none): what `render`
+    wraps and tokenizes, and what `workers/prompt_tokens.py` counts from its pieces."""
+    shown: list[tuple[Question, tuple[int, ...]]] = []
+    for position, qid in enumerate(trial.question_ids, start=1):
+        question = questions[qid]
+        order = (
+            trial.choice_orders[position - 1]
+            if trial.choice_orders is not None
+            else tuple(range(len(question.choices)))
+        )
+        if sorted(order) != list(range(len(question.choices))):
+            raise ValueError(f"trial {trial.index}: option order {order} does not permute question {qid}")
+        shown.append((question, order))
+    asked = trial.asked()
+    if sorted(set(asked)) != sorted(asked) or not set(asked) <= set(range(1, len(shown) + 1)):
+        raise ValueError(f"trial {trial.index}: it asks for positions {asked} of {len(shown)}")
+
+    most_options = max((len(order) for _, order in shown), default=0)
+    probe = trial.probe is not None
+    head = (template.probe_instructions if probe else template.instructions).replace(
+        "{options}", options_phrase(most_options)
+    )
+    place = filler.where if filler is not None else None
+    after = filler.position if filler is not None and filler.position is not None else 0
+
+    parts: list[str] = []
+    offset = 0
+    filler_span: tuple[int, int] | None = None
+
+    def add(text: str) -> tuple[int, int]:
+        nonlocal offset
+        if parts:
+            offset += len(template.separator)
+        span = (offset, offset + len(text))
+        parts.append(text)
+        offset += len(text)
+        return span
+
+    add(head)
+    if trial.answer_order is not None:
+        order_text = ", ".join(map(str, trial.answer_order))
+        add(_fill(_ORDER_FIELDS, template.order_instruction, {"order": order_text}))
+    if padding and place is FillerPlace.before:
+        filler_span = add(padding)
+    spans: list[tuple[int, int]] = []
+    for position, (question, order) in enumerate(shown, start=1):
+        spans.append(add(question_block(template, position=position, question=question, order=order)))
+        if padding and place is FillerPlace.after and position == after:
+            filler_span = add(padding)
+    if padding and place is FillerPlace.end:
+        filler_span = add(padding)
+    if probe:
+        add(_fill(_PROBE_FIELDS, template.probe_request, {"number": str(trial.probe)}))
+    else:
+        add(template.answer_intro)
+    return Composed(
+        user_text=template.separator.join(parts),
+        spans=tuple(spans),
+        filler_span=filler_span,
+        shown=tuple(shown),
+        asked=asked,
+    )
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """A prompt as sent: the user text in the model's chat template when one is used."""
+
+    text: str
+    shift: int
+    """Where the user text starts in `text`."""
+    chat_template_used: bool
+
+
+def wrap(user_text: str, *, chat_template: ChatTemplateUse, tokenizer: Tokenizer | None) -> Wrapped:
+    """`user_text` as sent: in the model's chat template when `chat_template` and the tokenizer call for
+    one. Raises `PosbiasError` when the template rewrites the text, so its questions cannot be found."""
+    if not uses_chat_template(chat_template, tokenizer=tokenizer):
+        return Wrapped(text=user_text, shift=0, chat_template_used=False)
+    assert tokenizer is not None
+    text = tokenizer.apply_chat_template(user_text)
+    shift = text.find(user_text)
+    if shift < 0:
+        raise PosbiasError(
+            "the model's chat template rewrites the prompt text, so questions cannot be located in it; "
+            "set chat_template to off"
+        )
+    return Wrapped(text=text, shift=shift, chat_template_used=True)
 
 
 def answer_regex(n_options: Sequence[int], *, asked: Sequence[int] | None = None) -> str:
