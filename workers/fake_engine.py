@@ -54,6 +54,12 @@ class FakeTokenizer:
     The chat template is Gemma's shape (one user turn, BOS inside the template).
     """
 
+    token_reach = max(len(special) for special in SPECIAL_TOKENS)
+    """Characters on either side of a position that decide whether a token starts there: a word, a mark or a
+    whitespace run starts where the character before it differs in kind, unless the position is inside a
+    special token, which is at most this long. `workers/prompt_tokens.py` counts prompts from their pieces
+    exactly with it."""
+
     def __init__(self, *, chat_template: bool = True) -> None:
         self._chat_template = chat_template
 
