@@ -216,6 +216,13 @@ class DryRun(Record):
         description="`the model's tokenizer` when prompts were counted with it, else how tokens were "
         "estimated."
     )
+    counting: str = Field(
+        "",
+        description="How the sampled prompts' tokens were counted: exactly from each prompt's pieces (the "
+        "fake engine's tokenizer), from its pieces with a few prompts tokenized whole to check (a model's "
+        "tokenizer, which states no bound on how far text shapes a token), or each prompt tokenized whole; "
+        "empty when no tokenizer here counted them (`tokenizer` says how).",
+    )
     batch_sizes: tuple[BatchSizeEstimate, ...] = Field(description="One estimate per batch size.")
     max_model_len: int | None = Field(
         None,

@@ -126,7 +126,10 @@ def _print_dry_run(dry: DryRun, *, as_json: bool) -> None:
     out.print(table)
     if dry.designs:
         _print_designs(dry)
-    out.print(f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer})")
+    counting = f"; {dry.counting}" if dry.counting else ""
+    out.print(
+        f"prompt tokens in all: about {dry.total_prompt_tokens:,} (counted with {dry.tokenizer}{counting})"
+    )
     if dry.spec.variants:
         out.print(f"{len(dry.spec.variants)} variants, each answering every trial:")
         for v in dry.spec.variants:

@@ -11,6 +11,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from posbias.schemas import (
     AnswerMode,
@@ -37,6 +38,9 @@ from posbias.workers.engine import Tokenizer
 from posbias.workers.engines import declared
 from posbias.workers.filler import read_source as filler_source
 from posbias.workers.models import model_context_limit
+
+if TYPE_CHECKING:
+    from posbias.workers.prompt_tokens import PromptCounter
 
 _UNBOUNDED = 10**8
 """Tokenizers without a stated limit report a huge `model_max_length` (transformers uses 1e30)."""
@@ -276,15 +280,39 @@ def dry_run(
     distances the design covers and how many reach past the model's sliding window. Tokens are counted with
     the model's tokenizer when it is on this machine, or the endpoint's (a few trials per batch size,
     rendered exactly), else estimated; a served job also shows its endpoint's capabilities and its token
-    bound. `on_progress(prompts rendered, prompts to render)` is called as the sample is rendered (one
-    prompt at least per filler length and batch size: 5,000 filler lengths are 5,000 prompts a batch
-    size)."""
+    bound. `on_progress(prompts counted, prompts to count)` is called as the sample is counted (one prompt
+    at least per filler length and batch size: 5,000 filler lengths are 5,000 prompts a batch size).
+
+    With a tokenizer each prompt is counted from its pieces (`workers/prompt_tokens.py`): the same numbers
+    as tokenizing it whole, at a fraction of the cost. Where the tokenizer does not state how far text
+    shapes a token (a model's tokenizer), the last prompt counted of each batch size (its longest filler's)
+    is also tokenized whole, and on any difference every prompt is; `DryRun.counting` says which was done."""
+    return _dry_run(prepared, settings=settings, sample=sample, on_progress=on_progress, whole=False)
+
+
+def _dry_run(
+    prepared: Prepared,
+    *,
+    settings: Settings,
+    sample: int,
+    on_progress: Callable[[int, int], None] | None,
+    whole: bool,
+    counting: str | None = None,
+) -> DryRun:
+    """`dry_run`, its prompts tokenized `whole` (the reference its counts from pieces equal) or counted from
+    their pieces; `counting` overrides what the result says of how."""
+    from posbias.workers.prompt_tokens import PromptCounter, PromptTokens
     from posbias.workers.prompts import render, sheet_answer_tokens
 
     spec, plan = prepared.spec, prepared.plan
     tokenizer, how = prepared.tokenizer, prepared.tokenizer_source
     if prepared.prompt_tokens is not None:
         how = prepared.counted_with or "an estimate"
+    counter = (
+        PromptCounter.for_spec(spec, questions=plan.questions, tokenizer=tokenizer)
+        if tokenizer is not None
+        else None
+    )
     window = _sliding_window(spec, settings=settings)
     shards_per_size = Counter(plan.trials[s.trial_indices[0]].batch_size for s in plan.shards)
     trials_per_size = Counter(t.batch_size for t in plan.trials)
@@ -297,34 +325,45 @@ def dry_run(
         for n in spec.batch_sizes
         for level in spec.filler_lengths
     )
+    sheets: dict[tuple[int, ...], dict[int, int]] = {}
     rendered_count = 0
     estimates = []
     designs = []
+    checked: list[tuple[Trial, PromptTokens]] = []  # per batch size, its last prompt counted
     for n in spec.batch_sizes:
         lengths: dict[int, list[int]] = {}
         distances: dict[int, list[int]] = {}
+        last: tuple[Trial, PromptTokens] | None = None
         for level in spec.filler_lengths:
             for trial in groups.get((n, level), [])[:per_level]:
                 if on_progress is not None and rendered_count % 50 == 0:
                     on_progress(rendered_count, to_render)
                 rendered_count += 1
-                rendered = render(
-                    trial,
-                    questions=plan.questions,
-                    template=spec.prompt,
-                    chat_template=spec.chat_template,
-                    tokenizer=tokenizer,
-                    filler=spec.filler,
-                    seed=spec.seed,
-                )
-                # Without the tokenizer, ~4 characters a token is the usual rule for English text.
-                length = rendered.prompt_tokens or round(len(rendered.text) / 4)
-                lengths.setdefault(level, []).append(length)
-                if tokenizer is not None:
-                    sheet = sheet_answer_tokens(rendered.asked, tokenizer=tokenizer)
-                    distances.setdefault(level, []).extend(
-                        length - (rendered.questions[k - 1].token_end or 0) + sheet[k] for k in rendered.asked
+                if tokenizer is None or counter is None:
+                    rendered = render(
+                        trial,
+                        questions=plan.questions,
+                        template=spec.prompt,
+                        chat_template=spec.chat_template,
+                        tokenizer=None,
+                        filler=spec.filler,
+                        seed=spec.seed,
                     )
+                    # Without the tokenizer, ~4 characters a token is the usual rule for English text.
+                    lengths.setdefault(level, []).append(round(len(rendered.text) / 4))
+                    continue
+                counted = counter.whole(trial) if whole else counter.count(trial)
+                last = (trial, counted)
+                length = counted.prompt_tokens
+                lengths.setdefault(level, []).append(length)
+                sheet = sheets.get(counted.asked)
+                if sheet is None:
+                    sheet = sheets[counted.asked] = sheet_answer_tokens(counted.asked, tokenizer=tokenizer)
+                distances.setdefault(level, []).extend(
+                    length - counted.question_ends[k - 1] + sheet[k] for k in counted.asked
+                )
+        if last is not None:
+            checked.append(last)
         every = [length for found in lengths.values() for length in found]
         if prepared.prompt_tokens is not None:  # a served job: counted by the endpoint's tokenizer
             every = prepared.prompt_tokens.get(n, every)
@@ -353,6 +392,21 @@ def dry_run(
             )
     if on_progress is not None and to_render:
         on_progress(to_render, to_render)
+    if (
+        counter is not None
+        and not (whole or counter.exact)
+        and any(counter.whole(trial) != counted for trial, counted in checked)
+    ):
+        return _dry_run(
+            prepared,
+            settings=settings,
+            sample=sample,
+            on_progress=on_progress,
+            whole=True,
+            counting="each prompt tokenized whole: counted from its pieces, a prompt came out different",
+        )
+    if counting is None:
+        counting = _counting(counter, whole=whole, checked=len(checked))
     return DryRun(
         spec=spec,
         spec_hash=spec.spec_hash(),
@@ -360,6 +414,7 @@ def dry_run(
         questions_in_pool=len(prepared.pool),
         source=prepared.pool.source,
         tokenizer=how,
+        counting=counting,
         batch_sizes=tuple(estimates),
         max_model_len=spec.engine.max_model_len if declared(spec.engine.name).chooses_context else None,
         model_context=prepared.context.model_limit if prepared.context else None,
@@ -369,6 +424,21 @@ def dry_run(
         design=spec.describe_design(),
         sliding_window=window,
         designs=tuple(designs),
+    )
+
+
+def _counting(counter: PromptCounter | None, *, whole: bool, checked: int) -> str:
+    """How a dry run's prompts were counted, in words (`DryRun.counting`)."""
+    if counter is None:
+        return ""
+    if whole:
+        return "each prompt tokenized whole"
+    if counter.exact:
+        return "exactly, from each prompt's pieces"
+    prompts = "prompt" if checked == 1 else "prompts"
+    return (
+        f"from each prompt's pieces: exact unless the tokenizer shapes a token from text over "
+        f"{counter.reach} characters away; {checked} {prompts} tokenized whole agreed"
     )
 
 
