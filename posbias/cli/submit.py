@@ -26,7 +26,7 @@ from posbias.cli.spec_flags import caught_cautions, print_cautions, takes_spec
 from posbias.schemas.errors import PosbiasError
 
 if TYPE_CHECKING:
-    from posbias.schemas import DryRun, JobSpec, ShardResult, Submitted
+    from posbias.schemas import DesignEstimate, DryRun, JobSpec, ShardResult, Submitted
 
 
 def register(app: typer.Typer) -> None:
@@ -190,7 +190,8 @@ def _print_designs(dry: DryRun) -> None:
     columns += ["token distances", "past the window"]
     for column in columns:
         table.add_column(column, justify="right")
-    for d in dry.designs:
+    shown = _design_rows(dry)
+    for d in shown:
         distances = (
             f"{d.min_distance:,} to {d.max_distance:,}"
             if d.min_distance is not None and d.max_distance is not None
@@ -207,9 +208,33 @@ def _print_designs(dry: DryRun) -> None:
             past,
         )
     out.print(table)
+    if len(shown) < len(dry.designs):
+        lengths = len(dry.spec.filler_lengths)
+        out.print(
+            f"showing {DESIGN_ROWS} of the {lengths:,} filler lengths of each batch size, evenly spaced; "
+            "--json lists every one"
+        )
     out.print(
         "token distances: from a question's end to its answer, the answers on the lines the design asks for"
     )
+
+
+DESIGN_ROWS = 40
+"""Filler lengths a batch size shows in the dry run's design table at most: a sweep of 5,000 would be 5,000
+rows (and seconds to draw them)."""
+
+
+def _design_rows(dry: DryRun) -> list[DesignEstimate]:
+    """The design rows to show: at most `DESIGN_ROWS` filler lengths a batch size, evenly spaced, the first
+    and the last among them."""
+    by_size: dict[int, list[DesignEstimate]] = {}
+    for d in dry.designs:
+        by_size.setdefault(d.batch_size, []).append(d)
+    shown = []
+    for rows in by_size.values():
+        picks = sorted({round(i * (len(rows) - 1) / (DESIGN_ROWS - 1)) for i in range(DESIGN_ROWS)})
+        shown += [rows[i] for i in picks] if len(rows) > DESIGN_ROWS else rows
+    return shown
 
 
 @takes_spec

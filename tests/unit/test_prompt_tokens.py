@@ -224,3 +224,34 @@ def test_a_dry_run_counts_every_prompt_whole_when_its_pieces_count_differently(s
         fast.counting == "each prompt tokenized whole: counted from its pieces, a prompt came out different"
     )
 
+
+def test_the_dry_run_command_says_how_it_counted_and_shows_a_long_sweep_in_a_few_rows(
+    mmlu_dir: Path, tmp_path: Path
+) -> None:
+    """100 filler lengths: the table shows 40 of them, evenly spaced from the first to the last, and says
+    so; --json keeps every one. Both say the prompts were counted exactly, from their pieces."""
+    import json
+
+    from support.in_process import run_cli
+
+    spec = {"model": "m", "engine": {"name": "fake"}, "batch_sizes": [2, 3], "iterations": 1}
+    spec["filler"] = {"tokens": list(range(0, 1000, 10))}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {"POSBIAS_MMLU_DIR": str(mmlu_dir), "POSBIAS_CACHE_DIR": str(tmp_path / "cache")}
+    shown = run_cli(["submit", "spec.json", "--dry-run"], env=env, folder=tmp_path, drop_prefix="POSBIAS_")
+    assert shown.code == 0, shown.stderr
+    assert (
+        "showing 40 of the 100 filler lengths of each batch size, evenly spaced; --json lists every one"
+        in (shown.stdout)
+    )
+    rows = [line.split("│")[1:3] for line in shown.stdout.splitlines() if line.count("│") == 8]
+    lengths = [int(length.strip().replace(",", "")) for size, length in rows if size.strip() == "2"]
+    assert len(lengths) == 40 and (lengths[0], lengths[-1]) == (0, 990)
+    assert "(counted with the fake engine's tokenizer; exactly, from each prompt's pieces)" in shown.stdout
+    listed = run_cli(
+        ["submit", "spec.json", "--dry-run", "--json"], env=env, folder=tmp_path, drop_prefix="POSBIAS_"
+    )
+    assert listed.code == 0, listed.stderr
+    dry = json.loads(listed.stdout)
+    assert len(dry["designs"]) == 200
+    assert dry["counting"] == "exactly, from each prompt's pieces"
