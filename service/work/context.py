@@ -8,10 +8,10 @@ Gemma 3 4B+) and refuses to start when one sequence that long does not fit the K
 Counting every prompt of a job exactly would tokenize it whole (a million tokens for the default job: seconds
 here, minutes for big jobs), so each question's block is tokenized once and a prompt is bounded by its
 blocks, `SLACK` tokens a block for its number and its joins, and the text around them (measured on the
-prompt with the largest bound, rendered exactly). The text around the questions is measured per batch size
-and filler length (filler is part of it, in the model's tokens), so a job that sweeps filler lengths is sized
-by its longest filler. Only a group whose bound does not fit the model is counted prompt by prompt, so a
-refusal is always for a prompt that really is too long.
+prompt with the largest bound, counted from its pieces as `longest_prompt` says). The text around the
+questions is measured per batch size and filler length (filler is part of it, in the model's tokens), so a
+job that sweeps filler lengths is sized by its longest filler. Only a group whose bound does not fit the
+model is counted prompt by prompt, and whole, so a refusal is always for a prompt that really is too long.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from posbias.schemas import EngineContext, JobSpec, Plan, PosbiasError, Trial
 from posbias.workers.engine import Tokenizer
+from posbias.workers.prompt_tokens import PromptCounter
 from posbias.workers.prompts import RenderedPrompt, question_block, render
 
 MIN_CONTEXT = 1024
@@ -82,29 +83,74 @@ def longest_prompt(
     trials. A bound (see the module's docstring), except where the bound exceeds `budget` (the context
     there is to fit in): there every prompt of the batch size is counted exactly, so that a job is refused
     only for a prompt that really does not fit. `on_progress(groups measured, groups)` is called as it
-    goes, a group being one batch size at one filler length (5,000 filler lengths take a while)."""
+    goes, a group being one batch size at one filler length (5,000 filler lengths take a while).
+
+    The prompt each group's bound is measured on is counted from its pieces (`workers/prompt_tokens.py`),
+    not tokenized whole (a sweep of 5,000 filler lengths took minutes so); where that is not proven exact
+    (a model's tokenizer), the longest is tokenized whole to check, and on a difference every group is."""
+    found = _longest(spec, plan, tokenizer=tokenizer, budget=budget, on_progress=on_progress, whole=False)
+    if found.prompt is None or found.counter is None or found.counter.exact:
+        return found.longest
+    if found.counter.whole(found.prompt).prompt_tokens == found.counted:
+        return found.longest
+    return _longest(
+        spec, plan, tokenizer=tokenizer, budget=budget, on_progress=on_progress, whole=True
+    ).longest
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What `_longest` found: the longest prompt, and the trial its bound was counted on, with that count."""
+
+    longest: Longest | None
+    prompt: Trial | None = None
+    counted: int = 0
+    counter: PromptCounter | None = None
+
+
+def _longest(
+    spec: JobSpec,
+    plan: Plan,
+    *,
+    tokenizer: Tokenizer | None,
+    budget: int | None,
+    on_progress: Callable[[int, int], None] | None,
+    whole: bool,
+) -> _Found:
+    """`longest_prompt`, its bounds measured on prompts tokenized `whole` or counted from their pieces."""
     groups: dict[tuple[int, int], list[Trial]] = {}
     for trial in plan.trials:
         groups.setdefault((trial.batch_size, trial.filler_tokens), []).append(trial)
     blocks = _block_tokens(spec, plan, tokenizer=tokenizer) if tokenizer is not None else {}
-    longest: Longest | None = None
+    counter = (
+        PromptCounter.for_spec(spec, questions=plan.questions, tokenizer=tokenizer)
+        if tokenizer is not None
+        else None
+    )
+    found = _Found(longest=None, counter=counter)
     for done, ((batch_size, filler), trials) in enumerate(sorted(groups.items())):
         if on_progress is not None and done % 20 == 0:
             on_progress(done, len(groups))
         answers = spec.sampling.max_tokens_for(len(trials[0].asked()), answer_mode=spec.answer_mode)
-        if tokenizer is None:
+        top: Trial | None = None
+        counted = 0
+        if counter is None:
             chars = max(len(_render(spec, plan, trial, tokenizer=None).text) for trial in trials)
-            found = Longest(batch_size, math.ceil(chars / CHARS_PER_TOKEN), answers, False, filler)
+            group = Longest(batch_size, math.ceil(chars / CHARS_PER_TOKEN), answers, False, filler)
         else:
-            prompt = _longest_counted(spec, plan, trials, blocks, tokenizer)
+            top = max(trials, key=lambda trial: _bound(trial, blocks))
+            counted = (counter.whole(top) if whole else counter.count(top)).prompt_tokens
+            prompt = _bounded(top, counted, blocks)
             if budget is not None and prompt + answers > budget:
-                prompt = max(len(_render(spec, plan, t, tokenizer=tokenizer).token_ids or ()) for t in trials)
-            found = Longest(batch_size, prompt, answers, True, filler)
-        if longest is None or found.tokens > longest.tokens:
-            longest = found
+                # A refusal counts every prompt of the group whole: it is for a prompt really too long.
+                prompt = max(counter.whole(t).prompt_tokens for t in trials)
+                top = None
+            group = Longest(batch_size, prompt, answers, True, filler)
+        if found.longest is None or group.tokens > found.longest.tokens:
+            found = _Found(longest=group, prompt=top, counted=counted, counter=counter)
     if on_progress is not None and groups:
         on_progress(len(groups), len(groups))
-    return longest
+    return found
 
 
 def context_for(
@@ -201,15 +247,13 @@ def _count(texts: Sequence[str], *, tokenizer: Tokenizer) -> list[int]:
     return [len(tokenizer.encode(text, add_special_tokens=False).ids) for text in texts]
 
 
-def _longest_counted(
-    spec: JobSpec, plan: Plan, trials: Sequence[Trial], blocks: dict[str, int], tokenizer: Tokenizer
-) -> int:
-    def bound(trial: Trial) -> int:
-        return sum(blocks[qid] + SLACK for qid in trial.question_ids)
+def _bound(trial: Trial, blocks: dict[str, int]) -> int:
+    return sum(blocks[qid] + SLACK for qid in trial.question_ids)
 
-    top = max(trials, key=bound)
-    exact = len(_render(spec, plan, top, tokenizer=tokenizer).token_ids or ())
-    # The text around the questions (instructions, answer request, chat template), from the exact count;
-    # every other prompt of this batch size is at most that plus its bound, which is at most top's.
+
+def _bounded(top: Trial, exact: int, blocks: dict[str, int]) -> int:
+    """A bound on every prompt of `top`'s group, `top` being the one with the largest bound on its questions:
+    the text around the questions (instructions, answer request, chat template), from `top`'s `exact` count,
+    plus that bound."""
     around = max(0, exact - sum(blocks[qid] for qid in top.question_ids))
-    return around + bound(top)
+    return around + _bound(top, blocks)

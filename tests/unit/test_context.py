@@ -85,3 +85,25 @@ def test_without_the_tokenizer_an_estimate_bounds_the_context_and_says_so(mmlu_p
     assert alone.source.endswith("a default, no tokenizer or config could be had")
     capped = context_for(spec, longest=estimate, model_limit=2048)
     assert capped.max_model_len == 2048  # an estimate never refuses a job
+
+
+@pytest.mark.parametrize("where", ["before", "end"])
+def test_the_longest_prompt_counted_from_pieces_is_the_one_counted_whole(
+    where: str, mmlu_pool: QuestionPool
+) -> None:
+    """Over a sweep of filler lengths, with the fake tokenizer (exact) and a tiny BPE one (checked on the
+    longest), each group's bound measured on prompts counted from their pieces, as on prompts tokenized
+    whole: the same longest prompt; and a tokenizer whose pieces count wrong is measured whole."""
+    from support.odd_tokenizers import ChunkTokenizer
+
+    from posbias.service.work.context import _longest
+    from posbias.workers.tiny_models import _LLAMA_STYLE, _build_tokenizer
+    from posbias.workers.tokenizer import HfTokenizer
+
+    spec = _spec(batch_sizes=[2, 6], iterations=3, filler={"tokens": [0, 5, 60, 700, 1500], "where": where})
+    planned = plan(spec, pool=mmlu_pool)
+    bpe = HfTokenizer(_build_tokenizer(_LLAMA_STYLE, vocab_size=512, seed=0))
+    for tokenizer in (FakeTokenizer(), bpe, ChunkTokenizer()):
+        whole = _longest(spec, planned, tokenizer=tokenizer, budget=None, on_progress=None, whole=True)
+        assert longest_prompt(spec, planned, tokenizer=tokenizer) == whole.longest
+        assert whole.longest is not None and whole.longest.filler_tokens == 1500

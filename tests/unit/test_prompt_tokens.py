@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.odd_tokenizers import ChunkTokenizer
 
 from posbias.schemas import JobSpec, QuestionPool
 from posbias.service.settings import Settings
@@ -121,23 +122,6 @@ def test_a_fillers_cut_from_one_long_tokenization_is_the_cut_filler_text_makes(
             assert run.text[:cut] == made, (type(tokenizer).__name__, trial.filler_tokens)
 
 
-class _ChunkTokenizer:
-    """Tokens of seven characters counted from the text's start: where a token starts depends on all the
-    text before it, so counting from pieces is wrong, and a dry run must notice. It states no reach."""
-
-    prompt_bos_id = None
-
-    def has_chat_template(self) -> bool:
-        return False
-
-    def apply_chat_template(self, user_text: str) -> str:
-        raise AssertionError("no chat template")
-
-    def encode(self, text: str, *, add_special_tokens: bool) -> Encoding:
-        offsets = [(i, min(i + 7, len(text))) for i in range(0, len(text), 7)]
-        return Encoding(ids=[1000 + i for i in range(len(offsets))], offsets=offsets)
-
-
 class _ClosingTokenizer(FakeTokenizer):
     """Adds EOS after the text (at offset 0, as Hugging Face puts added tokens): prompts are counted whole."""
 
@@ -214,9 +198,9 @@ def test_a_dry_run_with_a_models_tokenizer_checks_its_counts_against_whole_promp
 def test_a_dry_run_counts_every_prompt_whole_when_its_pieces_count_differently(settings: Settings) -> None:
     spec = _spec(CASES[0], tokens=[0, 500])
     prepared = _prepare(spec, settings)
-    prepared = dataclasses.replace(prepared, tokenizer=_ChunkTokenizer())
+    prepared = dataclasses.replace(prepared, tokenizer=ChunkTokenizer())
     planned = prepared.plan
-    counter = PromptCounter.for_spec(prepared.spec, questions=planned.questions, tokenizer=_ChunkTokenizer())
+    counter = PromptCounter.for_spec(prepared.spec, questions=planned.questions, tokenizer=ChunkTokenizer())
     assert any(counter.count(t) != counter.whole(t) for t in planned.trials)  # the pieces are wrong here
     fast, whole = submission.dry_run(prepared, settings=settings), _whole(prepared, settings)
     assert fast.model_dump(exclude={"counting"}) == whole.model_dump(exclude={"counting"})
