@@ -10,9 +10,11 @@ The job is the fake engine's: batch size 2, `--iterations` sets, each shown at f
 `--filler-lengths` - 1 at the end of the prompt (10,000 trials by default). The dry run counts one prompt per
 batch size and filler length, 5,000 prompts. With `--tokenizer tiny-bpe` the prompts are counted with a tiny
 trained byte-level BPE tokenizer (the tiny models'), which states no reach, so the new way also tokenizes
-one prompt per batch size whole to check. Both ways must give the same dry run, or the program says so and
-fails. Prints the seconds (wall and CPU) of each way, their ratio, and the command's seconds to a pipe, as
-JSON and as the table, with the load average before and after (other work on a shared machine moves them).
+one prompt per batch size whole to check; it also times, both ways, what a vLLM job measures at submit to
+choose its context (`service/work/context.longest_prompt`). Both ways must give the same results, or the
+program says so and fails. Prints the seconds (wall and CPU) of each way, their ratio, and the command's
+seconds to a pipe, as JSON and as the table, with the load average before and after (other work on a shared
+machine moves them).
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ def main() -> None:
     print(f"{'(p) each prompt counted from its pieces':<44} {pieces_wall:>8.2f} {pieces_cpu:>8.2f}")
     print(f"w/p: {whole_wall / pieces_wall:.1f} (wall), {whole_cpu / pieces_cpu:.1f} (cpu)")
     print(f"the same dry run both ways: {'yes' if same else 'NO'}")
+    if options.tokenizer == "tiny-bpe":
+        same = longest_both_ways(prepared) and same
     if options.tokenizer == "fake":
         with tempfile.TemporaryDirectory() as folder:
             Path(folder, "spec.json").write_text(json.dumps(raw))
@@ -116,7 +120,29 @@ def main() -> None:
                 print(f"  {label:<42} {wall:>8.2f} {cpu:>8.2f}")
     print(f"load average after: {load()}")
     if not same:
-        raise SystemExit("the two ways gave different dry runs")
+        raise SystemExit("the two ways gave different results")
+
+
+def longest_both_ways(prepared: submission.Prepared) -> bool:
+    """A vLLM job measures its longest prompt at submit (and in its dry run) to choose its context: each
+    batch size and filler length's longest bound, measured on a prompt tokenized whole or counted from its
+    pieces. Prints both ways' seconds; True when they find the same longest prompt."""
+    from posbias.service.work import context
+
+    spec, plan, tokenizer = prepared.spec, prepared.plan, prepared.tokenizer
+    wall, cpu = time.perf_counter(), time.process_time()
+    whole = context._longest(spec, plan, tokenizer=tokenizer, budget=None, on_progress=None, whole=True)
+    whole_wall, whole_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter(), time.process_time()
+    pieces = context.longest_prompt(spec, plan, tokenizer=tokenizer)
+    pieces_wall, pieces_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print("a vLLM job's longest prompt (its context length), one group per filler length:")
+    print(f"  {'(w) measured on prompts tokenized whole':<42} {whole_wall:>8.2f} {whole_cpu:>8.2f}")
+    print(f"  {'(p) measured on prompts counted from pieces':<42} {pieces_wall:>8.2f} {pieces_cpu:>8.2f}")
+    print(f"  w/p: {whole_wall / pieces_wall:.1f} (wall), {whole_cpu / pieces_cpu:.1f} (cpu)")
+    found = pieces == whole.longest
+    print(f"  the same longest prompt both ways: {'yes' if found else 'NO'} ({pieces})")
+    return found
 
 
 def load() -> str:
