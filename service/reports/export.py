@@ -5,7 +5,9 @@ variant, design and filler, as CSV or Parquet; the same rows (and one row per tr
 Every export has one schema whatever the job: the columns of `RESULT_COLUMNS`, in that order, with those
 Arrow types (a column a job has no value for is null, never a column of another type), so the Parquet files
 of different jobs read as one table (`pandas.read_parquet(folder)`, DuckDB's `read_parquet('dir/*.parquet')`)
-with no options.
+with no options. The rows go from the database cursor to the file in Arrow record batches
+(`export_columns.result_batches`), a Parquet row group or a block of CSV lines (`csv_text`) per batch: a
+million results are a few batches, never a Python object each, and memory holds one batch.
 
 Where the rows go decides how they are written. A new path, or an existing regular file (only with
 `overwrite`), gets a temporary file beside it that is renamed over it once complete, so a reader never sees
@@ -17,9 +19,6 @@ followed (the file it points to is written, the link stays). Folders, block devi
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
-import json
 import os
 import stat
 import tempfile
@@ -30,98 +29,18 @@ from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy import case, func, select
 
-from posbias.schemas import ConflictError, ExportSummary, JobSpec, ParseStatus, PosbiasError
-from posbias.service.stats import queries
-from posbias.service.store import Database, not_found, tables
-from posbias.service.work import load_spec
+from posbias.schemas import ConflictError, ExportSummary, ParseStatus, PosbiasError
+from posbias.service.reports import csv_text
+from posbias.service.reports.export_columns import RESULT_COLUMNS as RESULT_COLUMNS
+from posbias.service.reports.export_columns import TRIAL_COLUMNS as TRIAL_COLUMNS
+from posbias.service.reports.export_columns import arrow_schema, job_values, result_batches
+from posbias.service.store import Database, tables
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
 FORMATS = ("csv", "parquet")
-_BATCH = 50_000
-"""Rows per Parquet row group written (bounds the memory an export of millions of results holds)."""
-
-_INT, _TEXT, _BOOL, _FLOAT = "int64", "string", "bool", "float64"
-_INTS, _FLOATS, _TEXTS = "list<int64>", "list<float64>", "list<string>"
-
-_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("model", _TEXT),
-    ("revision", _TEXT),
-    ("design", _TEXT),
-    ("answer_order_kind", _TEXT),
-    ("filler_where", _TEXT),
-    ("filler_position", _INT),
-)
-"""The job's settings every row repeats: model as submitted, design, answer order (forward, reverse,
-random), where its filler goes (null without filler) and after which question (`where: after`)."""
-
-_EXPORT_TYPES: dict[str, str] = {
-    "job_id": _INT,
-    "variant": _TEXT,
-    "trial_id": _INT,
-    "trial_index": _INT,
-    "batch_size": _INT,
-    "iteration": _INT,
-    "rotation": _INT,
-    "answer_order": _INTS,
-    "probe_position": _INT,
-    "filler_tokens": _INT,
-    "filler_token_start": _INT,
-    "filler_token_end": _INT,
-    "position": _INT,
-    "answer_slot": _INT,
-    "question_id": _TEXT,
-    "subject": _TEXT,
-    "gold": _INT,
-    "predicted": _INT,
-    "correct": _BOOL,
-    "parse_status": _TEXT,
-    "prompt_tokens": _INT,
-    "question_token_start": _INT,
-    "question_token_end": _INT,
-    "answer_token_index": _INT,
-    "token_distance": _INT,
-    "in_window": _BOOL,
-    "visible_layers": _INT,
-    "gold_prob": _FLOAT,
-    "option_probs": _FLOATS,
-}
-
-RESULT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("job_id", _INT),
-    *_JOB_COLUMNS,
-    *((name, _EXPORT_TYPES[name]) for name in queries.EXPORT_COLUMNS if name != "job_id"),
-)
-"""Every result export's columns and their Arrow types, in order: one row per answer."""
-
-TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("job_id", _INT),
-    *_JOB_COLUMNS,
-    ("variant", _TEXT),
-    ("trial_id", _INT),
-    ("trial_index", _INT),
-    ("batch_size", _INT),
-    ("iteration", _INT),
-    ("rotation", _INT),
-    ("answer_order", _INTS),
-    ("probe_position", _INT),
-    ("filler_tokens", _INT),
-    ("filler_token_start", _INT),
-    ("filler_token_end", _INT),
-    ("question_ids", _TEXTS),
-    ("status", _TEXT),
-    ("skip_reason", _TEXT),
-    ("prompt_tokens", _INT),
-    ("output_tokens", _INT),
-    ("output_text", _TEXT),
-    ("answers", _INT),
-    ("parsed", _INT),
-    ("correct", _INT),
-)
-"""`posbias.trials`'s columns: one row per trial, its raw output and how many of its answers were stored,
-parsed and correct."""
 
 
 class OutputExists(ConflictError):
@@ -187,16 +106,12 @@ def export_results(
     when there is no such job; nothing is created then."""
     fmt = export_format(path, format)
     where = target(path, overwrite=overwrite)
-    rows = queries.export_results(db, job_id)
-    settings = _job_values(db, job_id)
+    batches = result_batches(db, job_id, json_text=fmt == "csv")
     try:
         with _opened(where) as handle:
-            if fmt == "csv":
-                written = _write_csv(rows, handle, job=settings)
-            else:
-                written = _write_parquet(rows, handle, job=settings)
+            written = _write_csv(batches, handle) if fmt == "csv" else _write_parquet(batches, handle)
     finally:
-        close = getattr(rows, "close", None)
+        close = getattr(batches, "close", None)
         if close is not None:
             close()  # a stream cut short still ends its query (and its server-side cursor)
     return ExportSummary(job_id=job_id, path=path, format=fmt, rows=written)
@@ -227,96 +142,27 @@ def _umask() -> int:
     return mask
 
 
-def _write_csv(rows: Iterator[queries.ExportRow], handle: IO[bytes], *, job: dict[str, Any]) -> int:
+def _write_csv(batches: Iterator[pa.RecordBatch], handle: IO[bytes]) -> int:
     count = 0
-    text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
-    try:
-        writer = csv.writer(text)
-        writer.writerow([name for name, _ in RESULT_COLUMNS])
-        for row in rows:
-            values = _result_values(row, job=job)
-            writer.writerow(
-                [json.dumps(v) if isinstance(v, list) else ("" if v is None else v) for v in values]
-            )
-            count += 1
-        text.flush()
-    finally:
-        text.detach()  # the caller closes (or renames) the file
+    handle.write(csv_text.header([name for name, _ in RESULT_COLUMNS]))
+    for batch in batches:
+        handle.write(csv_text.lines(batch))
+        count += batch.num_rows
     return count
 
 
-def _write_parquet(rows: Iterator[queries.ExportRow], handle: IO[bytes], *, job: dict[str, Any]) -> int:
+def _write_parquet(batches: Iterator[pa.RecordBatch], handle: IO[bytes]) -> int:
     import pyarrow.parquet as pq
 
     schema = arrow_schema(RESULT_COLUMNS)
     count = 0
     with pq.ParquetWriter(handle, schema) as writer:
-        batch: list[list[Any]] = []
-        for row in rows:
-            batch.append(_result_values(row, job=job))
-            if len(batch) >= _BATCH:
-                writer.write_table(_table(batch, schema))
-                count += len(batch)
-                batch = []
-        if batch or count == 0:
-            writer.write_table(_table(batch, schema))
-            count += len(batch)
+        for batch in batches:
+            writer.write_batch(batch)  # a row group per batch (`columns.BATCH_ROWS` rows at most)
+            count += batch.num_rows
+        if count == 0:
+            writer.write_table(schema.empty_table())
     return count
-
-
-def arrow_schema(columns: tuple[tuple[str, str], ...]) -> pa.Schema:
-    """The Arrow schema of `RESULT_COLUMNS` or `TRIAL_COLUMNS`."""
-    import pyarrow as pa
-
-    types = {
-        _INT: pa.int64(),
-        _TEXT: pa.string(),
-        _BOOL: pa.bool_(),
-        _FLOAT: pa.float64(),
-        _INTS: pa.list_(pa.int64()),
-        _FLOATS: pa.list_(pa.float64()),
-        _TEXTS: pa.list_(pa.string()),
-    }
-    return pa.schema([(name, types[kind]) for name, kind in columns])
-
-
-def _table(rows: list[list[Any]], schema: pa.Schema) -> pa.Table:
-    import pyarrow as pa
-
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.names]
-    return pa.Table.from_arrays(
-        [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
-    )
-
-
-def _job_values(db: Database, job_id: int) -> dict[str, Any]:
-    """The job's model and design settings as `_JOB_COLUMNS` has them; `NotFoundError` without the job."""
-    with db.read() as session:
-        found = session.execute(
-            select(tables.Job.model, tables.Job.spec).where(tables.Job.id == job_id)
-        ).first()
-    if found is None:
-        raise not_found(job_id)
-    return job_columns(load_spec(found.spec), model=found.model)
-
-
-def job_columns(spec: JobSpec, *, model: str) -> dict[str, Any]:
-    """`_JOB_COLUMNS`' values for a job of `spec` whose model is stored as `model`."""
-    filler = spec.filler
-    return {
-        "model": model,
-        "revision": spec.revision,
-        "design": spec.design.value,
-        "answer_order_kind": spec.answer_order.value,
-        "filler_where": None if filler is None else filler.where.value,
-        "filler_position": None if filler is None else filler.position,
-    }
-
-
-def _result_values(row: queries.ExportRow, *, job: dict[str, Any]) -> list[Any]:
-    values = row._asdict()
-    values.update(job)
-    return [values[name] for name, _ in RESULT_COLUMNS]
 
 
 def results_table(
@@ -324,15 +170,10 @@ def results_table(
 ) -> pa.Table:
     """Every result of `job_id` (of one variant, of one batch size) as an Arrow table of
     `RESULT_COLUMNS`. `NotFoundError` when there is no such job."""
-    job = _job_values(db, job_id)
-    rows = queries.export_results(db, job_id)
-    kept = [
-        _result_values(row, job=job)
-        for row in rows
-        if (variant is None or row.variant == variant)
-        and (batch_size is None or row.batch_size == batch_size)
-    ]
-    return _table(kept, arrow_schema(RESULT_COLUMNS))
+    import pyarrow as pa
+
+    batches = list(result_batches(db, job_id, variant=variant, batch_size=batch_size))
+    return pa.Table.from_batches(batches, schema=arrow_schema(RESULT_COLUMNS))
 
 
 def trials_table(
@@ -340,7 +181,7 @@ def trials_table(
 ) -> pa.Table:
     """Every trial of `job_id` (of one variant, of one batch size) as an Arrow table of `TRIAL_COLUMNS`,
     in trial order. `NotFoundError` when there is no such job."""
-    job = _job_values(db, job_id)
+    job = job_values(db, job_id)
     t, r = tables.Trial, tables.Result
     counts = (
         select(
@@ -392,6 +233,15 @@ def trials_table(
             }
             rows.append([values[name] for name, _ in TRIAL_COLUMNS])
     return _table(rows, arrow_schema(TRIAL_COLUMNS))
+
+
+def _table(rows: list[list[Any]], schema: pa.Schema) -> pa.Table:
+    import pyarrow as pa
+
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.names]
+    return pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 def to_pandas(table: pa.Table) -> pd.DataFrame:

@@ -1,11 +1,11 @@
-"""Results out of the store: the queries behind curves, bootstraps, token-distance analyses, model lists and
-exports. A curve is read from the per-(job, batch size, position) totals `service.store.rows` keeps in
-`curve_points`, not from the results.
+"""Results out of the store: the queries behind curves, bootstraps, token-distance analyses and model lists
+(exports read theirs in `service.reports.export_columns`). A curve is read from the per-(job, batch size,
+position) totals `service.store.rows` keeps in `curve_points`, not from the results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from sqlalchemy import Text, cast, func, select
@@ -342,100 +342,3 @@ def _model_info(m: Model) -> ModelInfo:
         if m.layer_windows is None or m.layer_rope_theta is None
         else LayerConfig(windows=tuple(m.layer_windows), rope_theta=tuple(m.layer_rope_theta)),
     )
-
-
-class ExportRow(NamedTuple):
-    """One result as exported (CSV, Parquet): the result with its trial's coordinates."""
-
-    job_id: int
-    variant: str
-    trial_id: int
-    trial_index: int
-    batch_size: int
-    iteration: int
-    rotation: int
-    answer_order: list[int] | None
-    probe_position: int | None
-    filler_tokens: int
-    filler_token_start: int | None
-    filler_token_end: int | None
-    position: int
-    answer_slot: int | None
-    question_id: str
-    subject: str
-    gold: int
-    predicted: int | None
-    correct: bool
-    parse_status: str
-    prompt_tokens: int | None
-    question_token_start: int | None
-    question_token_end: int | None
-    answer_token_index: int | None
-    token_distance: int | None
-    in_window: bool | None
-    visible_layers: int | None
-    gold_prob: float | None
-    option_probs: list[float] | None
-
-
-EXPORT_COLUMNS: tuple[str, ...] = ExportRow._fields
-_EXPORT_STATUS = EXPORT_COLUMNS.index("parse_status")
-
-
-def export_results(db: Database, job_id: int) -> Iterator[ExportRow]:
-    """Every result of a job, by trial and position, streamed. `NotFoundError` (raised here, before
-    iterating) when there is no such job."""
-    with db.read() as session:
-        if session.get(Job, job_id) is None:
-            raise not_found(job_id)
-    return _stream_results(db, job_id)
-
-
-def _stream_results(db: Database, job_id: int) -> Iterator[ExportRow]:
-    query = (
-        select(
-            Result.job_id,
-            Result.variant,
-            Result.trial_id,
-            Trial.index,
-            Result.batch_size,
-            Trial.iteration,
-            Trial.rotation,
-            Trial.answer_order,
-            Trial.probe_position,
-            Trial.filler_tokens,
-            Trial.filler_token_start,
-            Trial.filler_token_end,
-            Result.position,
-            Result.answer_slot,
-            Result.question_id,
-            Result.subject,
-            Result.gold,
-            Result.predicted,
-            Result.correct,
-            Result.parse_status,
-            Trial.prompt_tokens,
-            Result.question_token_start,
-            Result.question_token_end,
-            Result.answer_token_index,
-            Result.token_distance,
-            Result.in_window,
-            Result.visible_layers,
-            Result.gold_prob,
-            Result.option_probs,
-        )
-        .join(Trial, Trial.id == Result.trial_id)
-        .where(Result.job_id == job_id)
-        .order_by(Trial.index, Result.position)
-        .execution_options(yield_per=5000)
-    )
-    with db.read() as session:
-        result = session.execute(query)
-        try:
-            status = _EXPORT_STATUS
-            for row in result:
-                yield ExportRow._make(
-                    (*row[:status], ParseStatus(str(row[status])).value, *row[status + 1 :])
-                )
-        finally:
-            result.close()  # an export cut short closes its server-side cursor here, not at collection

@@ -13,14 +13,15 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
 from support.job_runs import answer_every_shard
 
 from posbias.schemas import PosbiasError, ShardResult, Submitted
 from posbias.service.reports import export
 from posbias.service.reports.export import OutputExists, export_results
-from posbias.service.stats import queries
 from posbias.service.store.database import Database
 
 
@@ -136,21 +137,21 @@ def test_an_export_that_fails_half_way_leaves_no_partial_file(
     db: Database, job: int, out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The store going away mid-export (the rows are streamed), after some rows were written.
-    real = queries.export_results
+    real = export.result_batches
 
-    def failing(db: Database, job_id: int) -> Iterator[queries.ExportRow]:
-        rows = real(db, job_id)
+    def failing(db: Database, job_id: int, **how: Any) -> Iterator[pa.RecordBatch]:
+        batches = real(db, job_id, **how)
 
-        def stream() -> Iterator[queries.ExportRow]:
+        def stream() -> Iterator[pa.RecordBatch]:
             try:
-                yield next(rows)
+                yield next(batches)
                 raise OSError(errno.ECONNRESET, "connection to the store lost")
             finally:
-                rows.close()  # type: ignore[attr-defined]
+                batches.close()  # type: ignore[attr-defined]
 
         return stream()
 
-    monkeypatch.setattr(export.queries, "export_results", failing)
+    monkeypatch.setattr(export, "result_batches", failing)
     for fmt in ("csv", "parquet"):
         with pytest.raises(OSError, match="connection to the store lost"):
             export_results(db, job, path=out / f"results.{fmt}")

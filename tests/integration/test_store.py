@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from support.job_runs import answer_every_shard
 
 from posbias.schemas import NotFoundError, ShardResult, Submitted
+from posbias.service.reports import export
 from posbias.service.stats import queries
 from posbias.service.stats.intervals import wilson_interval
 from posbias.service.stats.queries import PositionCount
@@ -273,16 +274,23 @@ def test_export_streams_every_result_in_trial_order(db: Database, make_job: Make
     job_id = make_job(db).job_id
     answer_every_shard(db, job_id, answer)
 
-    rows = list(queries.export_results(db, job_id))
+    rows = export.results_table(db, job_id).to_pylist()
 
     assert len(rows) == 4 * 2 + 4 * 3
-    assert [(r.trial_index, r.position) for r in rows[:5]] == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1)]
+    assert [(r["trial_index"], r["position"]) for r in rows[:5]] == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1)]
     first = rows[0]
-    assert first._fields == queries.EXPORT_COLUMNS
-    assert (first.job_id, first.batch_size, first.iteration, first.parse_status) == (job_id, 2, 0, "ok")
-    assert first.prompt_tokens == 200
-    assert first.option_probs is not None
-    assert first.option_probs == pytest.approx([0.1 if i == first.gold else 0.0 for i in range(4)])
-    assert first.predicted is not None and first.correct is False and first.predicted != first.gold
+    assert list(first) == [name for name, _ in export.RESULT_COLUMNS]
+    assert (first["job_id"], first["batch_size"], first["iteration"], first["parse_status"]) == (
+        job_id,
+        2,
+        0,
+        "ok",
+    )
+    assert first["prompt_tokens"] == 200
+    assert first["option_probs"] is not None
+    assert first["option_probs"] == pytest.approx([0.1 if i == first["gold"] else 0.0 for i in range(4)])
+    assert (
+        first["predicted"] is not None and first["correct"] is False and first["predicted"] != first["gold"]
+    )
     with pytest.raises(NotFoundError):
-        queries.export_results(db, job_id + 1)
+        export.result_batches(db, job_id + 1)

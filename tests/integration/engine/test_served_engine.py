@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,8 +21,8 @@ from support.vllmserve import VllmServer, vllm_serve
 
 import posbias.api as api
 from posbias.schemas import EngineName, JobSpec, JobStatus, TrialResult
+from posbias.service.reports import export
 from posbias.service.settings import Settings
-from posbias.service.stats import queries
 from posbias.service.store import database
 from posbias.service.work.shards import shard_spec
 from posbias.workers.shard import run_shard
@@ -91,7 +92,7 @@ def in_process(spec: dict[str, Any], *, engine: VllmEngine, settings: Settings) 
 def stored(url: str, job_id: int) -> dict[int, Any]:
     """The job's stored trial outcomes and results, by trial index."""
     with database.connect(url) as db:
-        rows = list(queries.export_results(db, job_id))
+        rows = [SimpleNamespace(**row) for row in export.results_table(db, job_id).to_pylist()]
         with db.read() as session:
             trials = session.execute(
                 sa.text(
