@@ -543,6 +543,10 @@ def build(targets: Sequence[Target]) -> dict[str, float]:
         target.job = posbias.submit(_spec(target.trials), settings=settings).job_id
         target.other = posbias.submit(_spec(OTHER_TRIALS, OTHER_FAKE), settings=settings).job_id
         target.build.submit_seconds = time.perf_counter() - started
+        print(
+            f"    {target.database} {target.size:,}: jobs submitted ({target.build.submit_seconds:.1f} s)",
+            flush=True,
+        )
     answering = {
         "measured": fill(
             targets, job_of=lambda t: t.job, trials_of=lambda t: t.trials, label="the job measured"
@@ -667,6 +671,8 @@ def postgres_server(keep: Path | None) -> Iterator[throwaway_postgres.PostgresSe
         run_as=run_as,
         options=" ".join(options),
     )
+    with contextlib.suppress(Exception):  # a server a killed run left on this cluster (none: pg_ctl says so)
+        server.halt()
     try:
         server.resume()
     except Exception as exc:
@@ -962,6 +968,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    # Stopped with SIGTERM (or SIGINT, which a shell's background job ignores): unwind, so that a kept
+    # PostgreSQL cluster is shut down rather than left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.at and not os.environ.get(AT_COMMIT):
         # Again, on that commit's code: the stores are built and the views run by the same code.
         folder, commit = code_at(args.at)
