@@ -340,6 +340,7 @@ def _view(m: Store, name: str, view: str) -> None:
 
             table = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
             assert len(table) == len(answers)
+            _same_export(m, job_id, path)
         else:
             assert not _has_answers(m, job_id), seen.refusal
     elif view.startswith("viewer-"):
@@ -371,6 +372,23 @@ def _view(m: Store, name: str, view: str) -> None:
         _same_columns(m, job_id)
     else:
         raise AssertionError(f"no view {view}")
+
+
+def _same_export(m: Store, job_id: int, path: Path) -> None:
+    """The export (read as columns) is the row-by-row export's (`support.reference_export`): its CSV byte
+    for byte, its Parquet table value for value."""
+    import pyarrow.parquet as pq
+
+    from support.reference_export import reference_csv, reference_table
+
+    db = database.connect(m.url, read_only=True)
+    try:
+        if path.suffix == ".csv":
+            assert path.read_bytes() == reference_csv(db, job_id)
+        else:
+            assert pq.read_table(path).equals(reference_table(db, job_id))
+    finally:
+        db.close()
 
 
 def _same_columns(m: Store, job_id: int) -> None:
