@@ -196,6 +196,11 @@ class Explanation(Record):
         description="What explain left out of the jobs' batch sizes and why, e.g. `batch size 1 has no "
         "position to explain: ...` (on the first explanation only).",
     )
+    sample: str | None = Field(
+        None,
+        description="Set when the fit ran on a random sample of whole clusters (jobs past 300,000 parsed "
+        "answers at one batch size): how many of how many, and why.",
+    )
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per candidate cause (`Effect`, intervals as `effect_estimate`, `effect_low`, ...), with

@@ -57,6 +57,8 @@ def explain(
     for explanation in found:
         if explanation.left_out:
             out.print(f"{explanation.left_out}.")
+        if explanation.sample:
+            out.print(f"{explanation.sample}.")
         print_explanation(explanation)
     print_options(
         posbias.options_by_position(jobs, settings=settings_of(ctx), batch_size=batch_size, variant=variant)

@@ -11,8 +11,8 @@ and this module fits correctness on all three at once so that each is judged wit
   sliding window, a step at the window (`service/stats/window_step.py`), with question difficulty as a
   covariate (`regression.difficulty`; left out when rotation or a filler sweep shows each set several times),
   errors clustered by trial or sampled set, t and F with clusters - 1 denominator degrees of freedom
-  (statsmodels). A linear probability model, so that every summary is a linear combination of the
-  coefficients, in points.
+  (`regression.clustered_ols`: statsmodels' figures, from sums). A linear probability model, so that every
+  summary is a linear combination of the coefficients, in points.
 - **Each cause tested jointly**: a clustered Wald test of all its terms (the step included), its degrees of
   freedom stated; these tests are Holm-adjusted, and the step's own (its one term's) joins their family
   after distance's, with distance's share of the level (`_holm`), so that a job's verdict says something
@@ -32,6 +32,7 @@ and this module fits correctness on all three at once so that each is judged wit
   group, judged by their joint test, with the design that would separate them; such a cause gets no
   summary or interval of its own (the fit could only extrapolate one, past +-100 points at times).
 - **Too few clusters.** Below `MIN_CLUSTERS` nothing is fitted, and the verdict says how many are needed.
+- **Many answers.** Past `FIT_ANSWERS` the fit runs on a random sample of whole clusters, and says so.
 
 The table (`Effect.reading`) and the verdict are written from the same fields. `benchmarks/coverage.py`
 checks every interval here, every false call and the threshold by simulation on shapes the fit does not
@@ -63,7 +64,8 @@ from posbias.service.stats.causes import (
 )
 from posbias.service.stats.explain_reading import alone, read, verdict
 from posbias.service.stats.intervals import bounded_interval
-from posbias.service.stats.trial_data import Floats, TrialData
+from posbias.service.stats.regression import clustered_ols
+from posbias.service.stats.trial_data import Floats, TrialData, sampled
 from posbias.service.stats.window_step import BREAK_RESAMPLES, step_term, tested_step
 
 SEPARABLE = 0.5
@@ -106,6 +108,12 @@ class _Block:
     stop: int
 
 
+FIT_ANSWERS = 300_000
+"""Parsed answers at one batch size past which explain fits a random sample of whole clusters (`sampled`):
+the fit holds every answer's terms (a dozen columns) in memory, and its intervals are narrow far below this,
+so a larger job buys memory, not information."""
+
+
 def explain_curve(
     data: TrialData,
     *,
@@ -120,8 +128,7 @@ def explain_curve(
     """Fit `data`'s correctness on position, answer slot and token distance together and say which moves it;
     with `info` naming a sliding window, test for a step there (see the module's docstring). With fewer than
     `minimum` clusters nothing is fitted (the benchmark lowers it to measure what a fit there would print)."""
-    import statsmodels.api as sm
-
+    data, sample = sampled(data, answers=FIT_ANSWERS, seed=seed, why="to keep the fit's memory bounded")
     rows = answers(data)
     base = {
         "model": model,
@@ -133,6 +140,7 @@ def explain_curve(
         "clusters": data.clusters,
         "cluster_unit": data.cluster_unit,
         "answers": int(rows.y.size),
+        "sample": sample,
         "difficulty_adjusted": rows.difficulty is not None,
         "threshold": SEPARABLE,
     }
@@ -188,21 +196,20 @@ def explain_curve(
         step_at = len(columns)
         columns.append(step)
     design_matrix = np.column_stack(columns)
-    fit = sm.OLS(rows.y, design_matrix).fit(cov_type="cluster", cov_kwds={"groups": rows.cluster}, use_t=True)
+    fit = clustered_ols(rows.y, design_matrix, rows.cluster)
     width = design_matrix.shape[1]
 
     def contrast(vector: Floats, bound: float) -> Interval:
         """A linear combination of the coefficients with its 95% interval: the fit's t interval, on Fisher's
         z scale so that it stays within +-`bound`, the most the combination can be."""
-        found = fit.t_test(vector)
-        low, high = (float(v) for v in np.asarray(found.conf_int(alpha=ALPHA)).ravel())
+        low, high = fit.combination(vector, level=1 - ALPHA)
         return bounded_interval((low + high) / 2, (high - low) / 2, bound=bound)
 
     def joint(indices: Sequence[int]) -> float:
         restriction = np.zeros((len(indices), width))
         for row, index in enumerate(indices):
             restriction[row, index] = 1.0
-        return float(np.asarray(fit.f_test(restriction).pvalue))
+        return fit.joint_p(restriction)
 
     terms = {b.name: list(range(b.start, b.stop)) for b in blocks}
     if step_at is not None:
@@ -251,7 +258,7 @@ def explain_curve(
             )
         )
     confounds = _confounds(groups, terms, information, correlated, joint)
-    step_p = float(fit.pvalues[step_at]) if step_at is not None else None
+    step_p = fit.p_value(step_at) if step_at is not None else None
     effects, confounds, step_p = _holm(effects, confounds, step=step_p)
     if window is not None and step_at is not None:
         assert step_p is not None  # the step's term is in the fit

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import select
+from sqlalchemy import Text, cast, select
 
 from posbias.schemas import BASELINE, Interval, NotFoundError, ParseStatus
 from posbias.schemas.curve import OptionPoint, OptionsView
@@ -33,6 +34,9 @@ from posbias.service.stats.bootstrap import PROPORTION, chunks, percentile
 from posbias.service.stats.intervals import wilson_interval
 from posbias.service.stats.trial_data import Floats, Ints, cluster_codes
 from posbias.service.store import Database, Result, Trial
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Bools = npt.NDArray[np.bool_]
 FOLDS = 5
@@ -72,50 +76,118 @@ class OptionData:
 
 
 def load(db: Database, *, job_ids: Sequence[int], batch_size: int, variant: str = BASELINE) -> OptionData:
-    """The answers of `job_ids` at `batch_size` for `variant`, from the store."""
+    """The answers of `job_ids` at `batch_size` for `variant`, from the store, read as columns
+    (`service.store.columns`): memory is the trials x positions x options array, not an object per answer."""
+    from posbias.service.store import columns
+
     ids = sorted(set(job_ids))
-    with db.read() as session:
-        trials = session.execute(
-            select(Trial.id, Trial.choice_orders)
-            .where(Trial.job_id.in_(ids), Trial.batch_size == batch_size, Trial.variant == variant)
-            .order_by(Trial.job_id, Trial.index)
-        ).all()
-        results = session.execute(
+    trials = columns.read_table(
+        db,
+        select(
+            Trial.id.label("trial_id"), columns.filled(cast(Trial.choice_orders, Text), "").label("orders")
+        )
+        .where(Trial.job_id.in_(ids), Trial.batch_size == batch_size, Trial.variant == variant)
+        .order_by(Trial.job_id, Trial.index),
+    )
+    trial_ids = _ints(trials, "trial_id")
+    # SQL NULL (read as "") and a JSON null both mean "not shuffled".
+    orders = trials.column("orders").to_pylist() if trials.num_rows else []
+    shuffled = np.array([str(text).strip() not in ("", "null") for text in orders], dtype=bool)
+    batches = list(
+        _answers(batch)
+        for batch in columns.record_batches(
+            db,
             select(
                 Result.trial_id,
                 Result.position,
                 Result.gold,
-                Result.predicted,
-                Result.parse_status,
-                Result.option_probs,
-            ).where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant)
-        ).all()
-    clusters = queries.clusters_of(db, job_ids=ids)
-    answered = {r.trial_id for r in results}
-    kept = [t for t in trials if t.id in answered]
-    row = {t.id: i for i, t in enumerate(kept)}
-    width = max(
-        [len(r.option_probs) for r in results if r.option_probs] + [r.gold + 1 for r in results] + [2]
+                columns.filled(Result.predicted, -1).label("predicted"),
+                (Result.parse_status == ParseStatus.ok).label("parsed"),
+                columns.filled(cast(Result.option_probs, Text), "").label("option_probs"),
+            ).where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant),
+        )
     )
-    shape = (len(kept), batch_size)
+    answered = np.isin(trial_ids, np.concatenate([b.trial_id for b in batches]) if batches else [])
+    kept = np.flatnonzero(answered)
+    order = np.argsort(trial_ids[kept], kind="stable")
+    width = max([2] + [b.width for b in batches] + [int(b.gold.max()) + 1 for b in batches if b.gold.size])
+    shape = (kept.size, batch_size)
     gold = np.full(shape, -1, dtype=np.int64)
     predicted = np.full(shape, -1, dtype=np.int64)
     probs = np.full((*shape, width), np.nan)
-    for r in results:
-        i, j = row[r.trial_id], r.position - 1
-        gold[i, j] = r.gold
-        if ParseStatus(str(r.parse_status)) is ParseStatus.ok and r.predicted is not None:
-            predicted[i, j] = r.predicted
-        if r.option_probs:
-            probs[i, j, : len(r.option_probs)] = r.option_probs
-            probs[i, j, len(r.option_probs) :] = 0.0
+    for b in batches:
+        i = kept[order][np.searchsorted(trial_ids[kept][order], b.trial_id)]
+        row = np.searchsorted(kept, i)
+        col = b.position - 1
+        gold[row, col] = b.gold
+        predicted[row, col] = np.where(b.parsed, b.predicted, -1)
+        if b.width:
+            probs[row, col, : b.width] = b.probs
+            probs[row, col, b.width :] = np.where(np.isnan(b.probs[:, :1]), np.nan, 0.0)
+    clusters = queries.clusters_of(db, job_ids=ids)
     return OptionData(
         batch_size=batch_size,
         gold=gold,
         predicted=predicted,
         probs=probs,
-        shuffled=np.array([t.choice_orders is not None for t in kept], dtype=bool),
-        cluster=cluster_codes([clusters.get(t.id, t.id) for t in kept]),
+        shuffled=shuffled[kept],
+        cluster=cluster_codes([clusters.get(t, t) for t in trial_ids[kept].tolist()]),
+    )
+
+
+@dataclass(frozen=True)
+class _Answers:
+    """A batch of answers' option columns; `probs` answers x `width`, NaN rows where none were recorded."""
+
+    trial_id: Ints
+    position: Ints
+    gold: Ints
+    predicted: Ints
+    parsed: Bools
+    probs: Floats
+
+    @property
+    def width(self) -> int:
+        return int(self.probs.shape[1]) if self.probs.size else 0
+
+
+def _answers(batch: pa.RecordBatch) -> _Answers:
+    """A batch read: the option probabilities, stored as JSON lists, parsed all at once (the texts of the
+    batch joined into one, read by numpy), not one list per answer."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = batch.column("option_probs").cast(pa.string())
+    present = np.asarray(pc.not_equal(pc.utf8_length(texts), 0).to_numpy(zero_copy_only=False), dtype=bool)
+    lengths = np.where(
+        present, np.asarray(pc.count_substring(texts, ",").to_numpy(zero_copy_only=False)) + 1, 0
+    )
+    width = int(lengths.max()) if lengths.size else 0
+    probs = np.full((len(texts), width), np.nan)
+    if width:
+        flat = pc.replace_substring(pc.replace_substring(texts.filter(pa.array(present)), "[", ""), "]", ",")
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(flat)], pa.int32()), flat), "")
+        values = np.fromstring(joined[0].as_py()[:-1], dtype=np.float64, sep=",")
+        rows = np.repeat(np.arange(len(texts)), lengths)
+        columns = np.arange(values.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        probs[rows, columns] = values
+        probs[present] = np.where(np.isnan(probs[present]), 0.0, probs[present])
+    return _Answers(
+        trial_id=_ints(batch, "trial_id"),
+        position=_ints(batch, "position"),
+        gold=_ints(batch, "gold"),
+        predicted=_ints(batch, "predicted"),
+        parsed=_ints(batch, "parsed").astype(bool),
+        probs=probs,
+    )
+
+
+def _ints(data: pa.Table | pa.RecordBatch, name: str) -> Ints:
+    column = data.column(name)
+    return (
+        np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+        if len(column)
+        else np.zeros(0, np.int64)
     )
 
 

@@ -34,6 +34,7 @@ from posbias.service.stats.intervals import Z95, points, wilson_interval
 from posbias.service.stats.regression import position_regression
 from posbias.service.stats.shape_test import PERMUTATIONS, shape_test
 from posbias.service.stats.shape_test import method as shape_method
+from posbias.service.stats.trial_columns import DistanceColumns
 from posbias.service.stats.trial_data import DistanceRow, Floats, TrialData, cluster_codes
 
 
@@ -254,7 +255,7 @@ def with_band(
 
 
 def distance_curve(
-    rows: Iterable[DistanceRow],
+    rows: Iterable[DistanceRow] | DistanceColumns,
     *,
     bin_width: int,
     clusters: dict[int, int],
@@ -271,21 +272,25 @@ def distance_curve(
     have one. `clusters` maps each trial to its cluster (itself, or its sampled set)."""
     if bin_width < 1:
         raise PosbiasError(f"bin width must be a positive number of tokens (got {bin_width})")
-    kept = [r for r in rows if r.token_distance is not None and r.batch_size == batch_size]
-    starts = sorted({r.token_distance // bin_width * bin_width for r in kept})  # type: ignore[operator]
-    column = {start: i for i, start in enumerate(starts)}
-    trial_code = {t: i for i, t in enumerate(sorted({r.trial_id for r in kept}))}
-    shape = (len(trial_code), len(starts))
+    answers = rows if isinstance(rows, DistanceColumns) else DistanceColumns.from_rows(rows)
+    keep = ~np.isnan(answers.token_distance) & (answers.batch_size == batch_size)
+    start = (answers.token_distance[keep] // bin_width * bin_width).astype(np.int64)
+    starts = np.unique(start).tolist()
+    j = np.searchsorted(starts, start)
+    trial_ids, i = np.unique(answers.trial_id[keep], return_inverse=True)
+    shape = (trial_ids.size, len(starts))
     correct, parsed, answered = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     gold_sum, gold_n = np.zeros(shape), np.zeros(shape)
-    for r in kept:
-        i, j = trial_code[r.trial_id], column[r.token_distance // bin_width * bin_width]  # type: ignore[operator]
-        answered[i, j] += 1
-        parsed[i, j] += r.parsed
-        correct[i, j] += r.parsed and r.correct
-        if r.gold_prob is not None:
-            gold_sum[i, j] += r.gold_prob
-            gold_n[i, j] += 1
+    ok = answers.parsed[keep]
+    np.add.at(answered, (i, j), 1.0)
+    np.add.at(parsed, (i, j), ok.astype(np.float64))
+    np.add.at(correct, (i, j), (ok & answers.correct[keep]).astype(np.float64))
+    gold = answers.gold_prob[keep]
+    recorded = ~np.isnan(gold)
+    np.add.at(gold_sum, (i[recorded], j[recorded]), gold[recorded])
+    np.add.at(gold_n, (i[recorded], j[recorded]), 1.0)
+    column = {s: index for index, s in enumerate(starts)}
+    trial_code = trial_ids.tolist()
     with np.errstate(invalid="ignore", divide="ignore"):
         gold = np.where(gold_n > 0, gold_sum / np.where(gold_n > 0, gold_n, 1), np.nan)
     data = TrialData(
@@ -293,7 +298,7 @@ def distance_curve(
         correct=correct,
         parsed=parsed,
         answered=answered,
-        cluster=cluster_codes([clusters.get(t, t) for t in sorted(trial_code)]),
+        cluster=cluster_codes([clusters.get(t, t) for t in trial_code]),
         keys=(),
         questions=np.zeros(shape, dtype=np.int64),
         gold_prob=gold,
@@ -303,7 +308,7 @@ def distance_curve(
         p.model_copy(update={"batch_size": batch_size})
         for p in points(data, columns=starts, xs=[s + bin_width / 2 for s in starts])
     ]
-    if band and kept and len(starts) > 1:
+    if band and bool(keep.any()) and len(starts) > 1:
         resampled = single(data, resamples=resamples).accuracy()
         index = [column[p.position] for p in found]
         found = with_band(found, resampled, columns=index, df=data.clusters - 1)
@@ -316,5 +321,5 @@ def distance_curve(
         points=tuple(found),
         trials=len(trial_code),
         clusters=data.clusters,
-        note=too_few_clusters(data.clusters) if kept else None,
+        note=too_few_clusters(data.clusters) if keep.any() else None,
     )

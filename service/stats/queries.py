@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from posbias.schemas import BASELINE, JobStatus, LayerConfig, ModelInfo, ParseStatus, TrialStatus
 from posbias.service.stats import trial_columns
-from posbias.service.stats.trial_data import DistanceRow, TrialData
+from posbias.service.stats.trial_data import TrialData
 from posbias.service.store import (
     IN_CHUNK,
     CurvePoint,
@@ -284,22 +284,25 @@ def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
 
 def token_distance_rows(
     db: Database, *, job_ids: Collection[int], batch_size: int | None = None, variant: str = BASELINE
-) -> list[DistanceRow]:
+) -> trial_columns.DistanceColumns:
     """Per result of `variant` of `job_ids` (at `batch_size` when given): its trial, token distance,
     whether it parsed and is correct, and the gold option's probability; for curves by token distance
-    instead of position."""
+    instead of position. Read as columns."""
+    from posbias.service.store import columns
+
     query = select(
         Result.trial_id,
         Result.batch_size,
-        Result.token_distance,
-        Result.parse_status == ParseStatus.ok,
+        columns.filled(Result.token_distance, trial_columns.NO_INT).label("token_distance"),
+        (Result.parse_status == ParseStatus.ok).label("parsed"),
         Result.correct,
-        Result.gold_prob,
+        columns.filled(Result.gold_prob, trial_columns.NO_FLOAT).label("gold_prob"),
     ).where(Result.job_id.in_(sorted(set(job_ids))), Result.variant == variant)
     if batch_size is not None:
         query = query.where(Result.batch_size == batch_size)
-    with db.read() as session:
-        return [DistanceRow(*row) for row in session.execute(query)]
+    return trial_columns.DistanceColumns.concatenate(
+        trial_columns.DistanceColumns.read(batch) for batch in columns.record_batches(db, query)
+    )
 
 
 def job_model(db: Database, job_id: int, *, variant: str = BASELINE) -> ModelInfo | None:

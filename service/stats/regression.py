@@ -100,19 +100,28 @@ class ClusteredFit:
         half = float(stdtrit(self.df, (1 + level) / 2)) * se
         return estimate - half, estimate + half
 
+    def p_value(self, index: int) -> float:
+        """Two-sided t test p-value that coefficient `index` is 0 (statsmodels' `pvalues`)."""
+        from scipy.special import stdtr
+
+        se = float(np.sqrt(self.cov[index, index]))
+        if not se > 0:
+            return float("nan")
+        return float(2 * stdtr(self.df, -abs(float(self.params[index]) / se)))
+
     def joint_p(self, restriction: Floats) -> float:
         """p-value of the Wald F test that `restriction` @ params = 0 (F with rank and `df` degrees of
-        freedom, as statsmodels' `f_test`)."""
+        freedom, as statsmodels' `f_test`: its numerator's degrees of freedom are the restrictions)."""
         from scipy.special import fdtrc
 
         r = np.atleast_2d(restriction)
         value = r @ self.params
         middle = r @ self.cov @ r.T
         statistic = float(value @ np.linalg.pinv(middle) @ value)
-        rank = int(np.linalg.matrix_rank(middle))
-        if rank == 0:
+        restrictions = r.shape[0]
+        if not np.any(middle):
             return float("nan")
-        return float(fdtrc(rank, self.df, statistic / rank))
+        return float(fdtrc(restrictions, self.df, statistic / restrictions))
 
 
 def clustered_ols(y: Floats, design: Floats, groups: Ints) -> ClusteredFit:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from posbias.service.stats.trial_data import Floats, Ints, TrialData, cluster_codes
+from posbias.service.stats.trial_data import DistanceRow, Floats, Ints, TrialData, cluster_codes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,6 +56,56 @@ class TrialColumns:
             answer_order=[_no_null(text) for text in _texts(table, "answer_order")],
             jobs=tuple(sorted(set(job.tolist()))),
         )
+
+
+@dataclass(frozen=True)
+class DistanceColumns:
+    """Answers for curves by token distance, as columns: per answer its trial, batch size, distance (NaN
+    where none was recorded), whether it parsed and is right, and the gold option's probability (NaN)."""
+
+    trial_id: Ints
+    batch_size: Ints
+    token_distance: Floats
+    parsed: npt.NDArray[np.bool_]
+    correct: npt.NDArray[np.bool_]
+    gold_prob: Floats
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[DistanceRow]) -> DistanceColumns:
+        """From `DistanceRow`s (simulations, tests)."""
+        found = list(rows)
+
+        def column(index: int, kind: type, missing: float = np.nan) -> npt.NDArray[Any]:
+            return np.array([missing if r[index] is None else r[index] for r in found], dtype=kind)
+
+        return cls(
+            trial_id=column(0, np.int64),
+            batch_size=column(1, np.int64),
+            token_distance=column(2, np.float64),
+            parsed=column(3, bool),
+            correct=column(4, bool),
+            gold_prob=column(5, np.float64),
+        )
+
+    @classmethod
+    def read(cls, batch: pa.RecordBatch) -> DistanceColumns:
+        """From a batch of the store's columns (`queries.token_distance_rows`)."""
+        return cls(
+            trial_id=_integers(batch, "trial_id"),
+            batch_size=_integers(batch, "batch_size"),
+            token_distance=_missing(batch, "token_distance", NO_INT),
+            parsed=_integers(batch, "parsed").astype(bool),
+            correct=_integers(batch, "correct").astype(bool),
+            gold_prob=_missing(batch, "gold_prob", NO_FLOAT),
+        )
+
+    @classmethod
+    def concatenate(cls, batches: Iterable[DistanceColumns]) -> DistanceColumns:
+        parts = list(batches)
+        names = ("trial_id", "batch_size", "token_distance", "parsed", "correct", "gold_prob")
+        if not parts:
+            return cls.from_rows([])
+        return cls(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in names})
 
 
 @dataclass(frozen=True)

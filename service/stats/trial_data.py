@@ -347,6 +347,23 @@ class TrialData:
         )
 
 
+def sampled(data: TrialData, *, answers: int, seed: int, why: str) -> tuple[TrialData, str | None]:
+    """`data`, or past `answers` parsed answers a random sample of its whole clusters holding about that
+    many, with a line that says how many of how many and `why`."""
+    total = int(data.parsed.sum())
+    if total <= answers:
+        return data, None
+    clusters = data.clusters
+    chosen = np.random.default_rng(seed).choice(clusters, max(1, clusters * answers // total), replace=False)
+    sample = data.subset(np.isin(data.cluster, chosen))
+    unit = data.cluster_unit
+    return sample, (
+        f"fitted on {sample.clusters:,} of {clusters:,} {unit}s drawn at random "
+        f"({int(sample.parsed.sum()):,} of {total:,} parsed answers): past {answers:,} answers a sample of "
+        f"whole {unit}s, {why}; its intervals are the sample's"
+    )
+
+
 def _key(trial: TrialRow) -> tuple[str, ...]:
     """What matching compares: the questions in order, and the filler length when there is filler (the
     lengths of one sampled set are different trials; its answer orders are not)."""

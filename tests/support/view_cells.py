@@ -395,9 +395,11 @@ def _same_columns(m: Store, job_id: int) -> None:
     """The answers as every analysis reads them (columns: by ADBC, and by SQLAlchemy where no driver is
     installed) are `TrialData.pool`'s over the store's rows (`reference_trial_data`), at every batch size
     and variant."""
-    from posbias.service.stats import queries
+    import numpy as np
+
+    from posbias.service.stats import options, queries
     from posbias.service.store import columns
-    from support.reference_rows import reference_trial_data
+    from support.reference_rows import reference_options, reference_trial_data
 
     db = database.connect(m.url, read_only=True)
     try:
@@ -416,6 +418,10 @@ def _same_columns(m: Store, job_id: int) -> None:
                 columns.adbc_connection = original  # type: ignore[assignment]
             for got in (adbc, plain):
                 assert_same_data(got, expected)
+            read = options.load(db, job_ids=[job_id], batch_size=batch_size, variant=variant)
+            want = reference_options(db, job_ids=[job_id], batch_size=batch_size, variant=variant)
+            for name in ("gold", "predicted", "probs", "shuffled", "cluster"):
+                assert np.array_equal(getattr(read, name), getattr(want, name), equal_nan=True), name
     finally:
         db.close()
 
