@@ -41,8 +41,9 @@ QUESTIONS = 3
 IMPLEMENTATION = "posbias_answer_rows"
 """The name the implementation is registered under with transformers (`attn_implementation=`)."""
 
-CHUNK_BYTES = 256 * 2**20
-"""Bytes of float32 scores one block of query rows may take when a layer's output is computed."""
+CHUNK_BYTES = 64 * 2**20
+"""Bytes of float32 scores one block of query rows may take (`heads x rows x keys x 4`): a layer's output
+and the canary's reading are computed a block of rows at a time."""
 
 
 @dataclass(frozen=True)
@@ -190,9 +191,12 @@ class RowMask:
         device: torch.device | str = "cpu",
         **kwargs: Any,
     ) -> RowMask:
-        """The mask interface transformers calls (the arguments of `masking_utils.sdpa_mask`)."""
+        """The mask interface transformers calls (the arguments of `masking_utils.sdpa_mask`). A padding
+        mask of all ones masks nothing and is dropped: evaluating it is a third of the mask's cost."""
         from transformers.masking_utils import causal_mask_function
 
+        if attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None
         return cls(
             batch_size=batch_size,
             q_length=q_length,
@@ -316,9 +320,10 @@ def _layer_output(
             continue
         # As transformers' eager_attention_forward computes it (there the mask is added: 0 or the dtype's
         # minimum, which the softmax turns into the same exact zeros as a fill).
-        scores = torch.matmul(rows, keys.transpose(2, 3)) * scale
-        scores = torch.tanh(scores / softcap) * softcap
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        # In place, so a block holds its scores and their softmax, no more.
+        scores = torch.matmul(rows, keys.transpose(2, 3)).mul_(scale)
+        scores.div_(softcap).tanh_().mul_(softcap)
+        scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min)
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         output[:, :, start:stop] = torch.matmul(weights, values)
         del scores, weights
@@ -342,13 +347,13 @@ def row_weights(
     count, dim = picked.shape[1], picked.shape[2]
     keys = key[0].float()  # (kv_heads, keys, d)
     scores = torch.matmul(picked.view(kv_heads, groups, count, dim), keys.unsqueeze(1).transpose(-1, -2))
-    scores = scores.view(heads, count, keys.shape[1]) * scale
+    scores = scores.view(heads, count, keys.shape[1]).mul_(scale)
     if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
+        scores.div_(softcap).tanh_().mul_(softcap)
     first, last = int(rows.min()), int(rows.max()) + 1
     span = _mask_block(mask, first, last, kv_length=keys.shape[1], device=scores.device)[0, 0]
     allowed = span.index_select(0, (rows - first).to(span.device))
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    scores.masked_fill_(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1)
 
 

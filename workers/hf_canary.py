@@ -79,7 +79,7 @@ def run_canary(
     length = 3 * reference
     ids = canary_ids(length, vocab_size=vocab_size, first=first)
     backs = [own if own is not None else reference for own in windows]
-    stats = read_layers(model, ids, backs=backs)
+    stats = read_layers(model, ids, backs=backs, patterns=gap is not None)
     checks = []
     for layer, (own, theta) in enumerate(zip(windows, rope_theta, strict=True)):
         beyond_mass, edge_mass = stats[layer].beyond, stats[layer].edge
@@ -100,7 +100,7 @@ def run_canary(
     if gap is not None:
         half = length // 2
         positions = [i if i < half else i + gap for i in range(length)]
-        moved = read_layers(model, ids, backs=backs, positions=positions)
+        moved = read_layers(model, ids, backs=backs, positions=positions, patterns=True)
         safe = all(bool(torch.equal(stats[i].pattern, moved[i].pattern)) for i in stats)
     return MaskCanary(window=window, prompt_tokens=length, layers=tuple(checks), position_gap_safe=safe)
 
@@ -112,6 +112,8 @@ class LayerStats:
     back: int
     """The distance checked: the layer's window, or the canary's reference for a global layer."""
     length: int
+    patterns: bool = False
+    """Whether to keep `pattern` (for the position-gap check; it costs a few passes over each map)."""
     heads: int = 0
     beyond: float = 0.0
     """The largest mass one head of one row puts on keys `back` or more tokens before it."""
@@ -119,22 +121,27 @@ class LayerStats:
     """Over the rows that have one, the smallest of the largest weight the heads give the key `back - 1`
     tokens before the row."""
     pattern: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
-    """(heads, rows, 3): per head and row, the first and the last key with weight, and how many have any."""
+    """(heads, rows, 3): per head and row, the first and the last key with weight, and how many have any
+    (empty unless `patterns`)."""
 
     def take(self, start: int, weights: torch.Tensor) -> None:
         """Fold in the weights `(heads, rows, keys)` of the rows from `start` on."""
         heads, count, keys = weights.shape
-        if self.pattern.numel() == 0:
-            self.heads = heads
-            self.pattern = torch.zeros((heads, self.length, 3), dtype=torch.long)
+        self.heads = heads
         rows = torch.arange(start, start + count, device=weights.device)
-        far = rows.view(-1, 1) - torch.arange(keys, device=weights.device).view(1, -1) >= self.back
-        self.beyond = max(self.beyond, float((weights * far).sum(dim=-1).max()))
+        reach = start + count - self.back  # keys from here on are less than `back` before every row
+        if reach > 0:
+            far = rows.view(-1, 1) - torch.arange(reach, device=weights.device).view(1, -1) >= self.back
+            self.beyond = max(self.beyond, float((weights[..., :reach] * far).sum(dim=-1).max()))
         has_edge = rows >= self.back - 1
         if bool(has_edge.any()):
             at = rows[has_edge]
             edge = weights[:, has_edge.nonzero().view(-1), at - (self.back - 1)]  # (heads, rows)
             self.edge = min(self.edge, float(edge.max(dim=0).values.min()))
+        if not self.patterns:
+            return
+        if self.pattern.numel() == 0:
+            self.pattern = torch.zeros((heads, self.length, 3), dtype=torch.long)
         attended = (weights != 0).to(torch.uint8)
         first = attended.argmax(dim=-1)
         last = keys - 1 - attended.flip(-1).argmax(dim=-1)
@@ -144,11 +151,18 @@ class LayerStats:
 
 
 def read_layers(
-    model: Any, ids: Sequence[int], *, backs: Sequence[int], positions: Sequence[int] | None = None
+    model: Any,
+    ids: Sequence[int],
+    *,
+    backs: Sequence[int],
+    positions: Sequence[int] | None = None,
+    patterns: bool = False,
 ) -> dict[int, LayerStats]:
     """`LayerStats` of every layer for `ids` (with `positions`, else 0, 1, ...), the layer's maps read a
     block of rows at a time and dropped, with an explicit all-ones attention mask as the engine passes."""
-    stats = {layer: LayerStats(back=back, length=len(ids)) for layer, back in enumerate(backs)}
+    stats = {
+        layer: LayerStats(back=back, length=len(ids), patterns=patterns) for layer, back in enumerate(backs)
+    }
 
     def take(layer: int, start: int, weights: torch.Tensor) -> None:
         stats[layer].take(start, weights)

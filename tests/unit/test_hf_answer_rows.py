@@ -156,7 +156,7 @@ def test_the_canary_reads_the_whole_map_a_block_of_rows_at_a_time(monkeypatch: p
     maps = attention_maps(model, ids)  # whole maps, kept: a short prompt only
     monkeypatch.setattr(hf_attention, "CHUNK_BYTES", 4 * 4 * 3 * WINDOW * 5)  # blocks of 5 rows
     backs = [WINDOW, 2 * WINDOW, WINDOW, 2 * WINDOW]
-    stats = read_layers(model, ids, backs=backs)
+    stats = read_layers(model, ids, backs=backs, patterns=True)
     rows, keys = torch.arange(3 * WINDOW).view(-1, 1), torch.arange(3 * WINDOW).view(1, -1)
     for layer, weights in maps.items():
         back = backs[layer]
