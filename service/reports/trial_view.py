@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from posbias.schemas import (
@@ -68,7 +68,7 @@ def trial_detail(
     if variant is not None and variant != row.variant:
         if variant not in names:
             raise NotFoundError(f"job {job_id} has no variant {variant!r}; its variants: {', '.join(names)}")
-        row = _matched(session, row, variant=variant)
+        row = _matched(session, row, variant=variant, names=names)
     trial = _trial(row)
     questions = _questions(session, trial.question_ids)
     if tokenizer is None:
@@ -93,7 +93,7 @@ def trial_detail(
         batch_size=row.batch_size,
         iteration=row.iteration,
         variant=row.variant,
-        variants=[name for name in names if _has_variant(session, row, name)],
+        variants=[name for name in names if _has_variant(session, row, name, names=names)],
         model=job.model,
         revision=job.revision,
         status=row.status,
@@ -117,9 +117,20 @@ def trial_detail(
     )
 
 
-def _matched(session: Session, row: tables.Trial, *, variant: str) -> tables.Trial:
-    """The trial of `variant` that shows what `row` shows (the planner copies one variant's trials)."""
+def _matched(session: Session, row: tables.Trial, *, variant: str, names: Sequence[str]) -> tables.Trial:
+    """The trial of `variant` that shows what `row` shows (the planner copies one variant's trials).
+
+    The planner lays the variants' trials out one after another, the k-th variant's i-th trial at index
+    k x T + i of the job's T x len(names) (`planner.per_variant`), so the trial is read by the unique
+    (job_id, index) and checked; only a job laid out otherwise has its trials searched."""
     t = tables.Trial
+    last = session.scalar(select(func.max(t.index)).where(t.job_id == row.job_id))
+    if last is not None and (last + 1) % len(names) == 0 and row.variant in names and variant in names:
+        per = (last + 1) // len(names)
+        index = row.index % per + names.index(variant) * per
+        other = session.scalar(select(t).where(t.job_id == row.job_id, t.index == index))
+        if other is not None and _same_plan(other, row, variant=variant):
+            return other
     for other in session.scalars(
         select(t).where(
             t.job_id == row.job_id,
@@ -134,11 +145,20 @@ def _matched(session: Session, row: tables.Trial, *, variant: str) -> tables.Tri
     raise NotFoundError(f"variant {variant!r} of job {row.job_id} has no trial matching trial {row.id}")
 
 
-def _has_variant(session: Session, row: tables.Trial, name: str) -> bool:
+def _same_plan(other: tables.Trial, row: tables.Trial, *, variant: str) -> bool:
+    return (
+        other.variant == variant
+        and (other.batch_size, other.iteration, other.rotation)
+        == (row.batch_size, row.iteration, row.rotation)
+        and _plan_key(other) == _plan_key(row)
+    )
+
+
+def _has_variant(session: Session, row: tables.Trial, name: str, *, names: Sequence[str]) -> bool:
     if name == row.variant:
         return True
     try:
-        _matched(session, row, variant=name)
+        _matched(session, row, variant=name, names=names)
     except NotFoundError:
         return False
     return True

@@ -8,6 +8,7 @@ The real vLLM engine's token ids: tests/integration/engine/test_trial_view_vllm.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,62 @@ def test_a_stored_figure_the_rebuilt_prompt_misses_is_shown_as_a_difference(stor
             session.execute(
                 sa.text("UPDATE trials SET prompt_tokens = prompt_tokens - 1 WHERE id = :t"), {"t": trial_id}
             )
+
+
+def _statements(store: Store, trial_id: int, **how: Any) -> list[tuple[str, Any]]:
+    """Every statement `trial_detail` runs for one view, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    sa.event.listen(store.db.engine, "before_cursor_execute", record)
+    try:
+        _view(store, trial_id, **how)
+    finally:
+        sa.event.remove(store.db.engine, "before_cursor_execute", record)
+    return seen
+
+
+def test_a_trial_is_read_by_index_whatever_the_job_size(store: Store) -> None:
+    # What a view reads does not grow with the job: each statement finds its rows by a key (SQLite's plan
+    # SEARCHes an index or the primary key), never SCANs a table nor SEARCHes all of the job's rows (by
+    # job_id alone: the maximum trial index is read from the end of a covering index), and their number is
+    # the same for every trial of the job.
+    counts = set()
+    for trial_id in _trial_ids(store):
+        for how in ({}, {"variant": "late-drop"}):
+            statements = _statements(store, trial_id, **how)
+            counts.add(len(statements))
+            with store.db.read() as session:
+                connection = session.connection().connection.driver_connection
+                assert connection is not None
+                for statement, parameters in statements:
+                    if not statement.startswith("SELECT"):
+                        continue  # BEGIN, PRAGMA
+                    plan = [
+                        row[-1] for row in connection.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)
+                    ]
+                    assert plan and all(step.startswith("SEARCH") for step in plan), (statement, plan)
+                    assert not any(re.search(r" USING INDEX \S+ \(job_id=\?\)$", s) for s in plan), plan
+    assert len(counts) == 2
+
+
+def test_a_variant_laid_out_otherwise_is_still_found(store: Store) -> None:
+    # A job whose variants' trials are not where the planner puts them (here: the other variant's moved on
+    # by 1,000) is searched, and gives the same trial.
+    base = _trial_ids(store)[1]
+    expected = _view(store, base, variant="late-drop")
+    moved = 'UPDATE trials SET "index" = "index" + :by WHERE job_id = :j AND variant = :v'
+    with store.db.write() as session:
+        session.execute(sa.text(moved), {"by": 1000, "j": store.job_id, "v": "late-drop"})
+    try:
+        found = _view(store, base, variant="late-drop")
+        assert found.trial_id == expected.trial_id and found.answers == expected.answers
+        assert _view(store, base).variants == ["baseline", "late-drop"]
+    finally:
+        with store.db.write() as session:
+            session.execute(sa.text(moved), {"by": -1000, "j": store.job_id, "v": "late-drop"})
 
 
 def test_the_command_marks_the_prompt_and_shows_names_verbatim(store: Store, tmp_path: Path) -> None:
