@@ -72,4 +72,5 @@ class CurveAxis(StrEnum):
     position = "position"
     answer_slot = "answer-slot"
     token_distance = "token-distance"
+    rope_distance = "rope-distance"
     filler_length = "filler-length"

@@ -196,6 +196,12 @@ class QuestionResult(Record):
         description="Tokens from the end of the question to its answer token: (prompt length - "
         "question end) + answer token index.",
     )
+    rope_distance: int | None = Field(
+        None,
+        description="The same distance in position ids, as the rotary embedding sees it: token_distance "
+        "plus the hf engine's position_gap where the job has one (the gap moves every answer, never a "
+        "question); None where token_distance is.",
+    )
     in_window: bool | None = Field(
         None,
         description="The question's last token is inside the model's sliding window as seen from the "
@@ -327,6 +333,9 @@ class ResultColumns(Record):
     )
     token_distance: tuple[int | None, ...] = Field(
         (), description="QuestionResult.token_distance of each answer."
+    )
+    rope_distance: tuple[int | None, ...] = Field(
+        (), description="QuestionResult.rope_distance of each answer."
     )
     in_window: tuple[bool | None, ...] = Field((), description="QuestionResult.in_window of each answer.")
     visible_layers: tuple[int | None, ...] = Field(

@@ -197,6 +197,7 @@ def _result(
         "answer_slot": answer.slot,
         "answer_token_index": answer_token,
         "token_distance": distance,
+        "rope_distance": None if distance is None else distance + (shard.engine.position_gap or 0),
         "in_window": in_window,
         "visible_layers": visible,
         "option_probs": probs,

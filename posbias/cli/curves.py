@@ -54,7 +54,8 @@ def curve(
         CurveAxis,
         typer.Option(
             help="position; answer-slot (the line a question was answered on); token-distance (binned); "
-            "filler-length (every position pooled per length)."
+            "rope-distance (binned distance in position ids: token distance plus the hf engine's "
+            "position_gap); filler-length (every position pooled per length)."
         ),
     ] = CurveAxis.position,
     bin_width: Annotated[int, typer.Option(help="Token-distance bin width.", min=1, max=10_000_000)] = 256,
@@ -194,7 +195,7 @@ def _write_curve_csv(curves: list[Curve]) -> None:
                     c.variant,
                     c.batch_size,
                     "" if c.filler_tokens is None else c.filler_tokens,
-                    num(p.x) if c.by == "token-distance" else p.position,
+                    num(p.x) if c.by in ("token-distance", "rope-distance") else p.position,
                     p.n,
                     p.n_parsed,
                     p.n_correct,
@@ -217,7 +218,11 @@ def _two(value: float | None) -> str:
 
 def print_curve(c: Curve, *, band: bool = False) -> None:
     """A curve as a table, with its summaries below it."""
-    axis = {"token-distance": "tokens (bin centre)", "filler-length": "filler tokens"}.get(c.by, c.by)
+    axis = {
+        "token-distance": "tokens (bin centre)",
+        "rope-distance": "positions (bin centre)",
+        "filler-length": "filler tokens",
+    }.get(c.by, c.by)
     jobs = ",".join(map(str, c.job_ids))
     variant = f" [{c.variant}]" if c.variant != BASELINE else ""
     filler = f", {c.filler_tokens:,} filler tokens" if c.filler_tokens else ""
@@ -232,7 +237,7 @@ def print_curve(c: Curve, *, band: bool = False) -> None:
         table.add_column(column, justify="right")
     for p in c.points:
         row = [
-            f"{p.x:g}" if c.by == "token-distance" else str(p.position),
+            f"{p.x:g}" if c.by in ("token-distance", "rope-distance") else str(p.position),
             str(p.n),
             pct(p.accuracy),
             f"{pct(p.ci_low)} to {pct(p.ci_high)}",

@@ -96,14 +96,14 @@ def curves(
         sizes = [n for n in sizes if query.batch_size in (None, n)]
         where = (model, revision, job_ids, variant, sizes)
         built = (
-            _distance_curves(db, query, *where, bin_width=bin_width, resamples=resamples)
-            if by is CurveAxis.token_distance
+            _distance_curves(db, query, *where, bin_width=bin_width, resamples=resamples, by=by)
+            if by in (CurveAxis.token_distance, CurveAxis.rope_distance)
             else _position_curves(db, *where, by=by, resamples=resamples)
         )
         found += [curve.model_copy(update={"variant": variant}) for curve in built]
     if note is None:
         return found
-    if by is CurveAxis.token_distance and not found:
+    if by in (CurveAxis.token_distance, CurveAxis.rope_distance) and not found:
         raise NotFoundError(f"no token distances for {query.describe()}: {note}")
     return [c.model_copy(update={"note": "; ".join(n for n in (note, c.note) if n)}) for c in found]
 
@@ -119,8 +119,12 @@ def _distance_curves(
     *,
     bin_width: int,
     resamples: int,
+    by: CurveAxis = CurveAxis.token_distance,
 ) -> list[Curve]:
-    rows = queries.token_distance_rows(db, job_ids=job_ids, batch_size=query.batch_size, variant=variant)
+    rope = by is CurveAxis.rope_distance
+    rows = queries.token_distance_rows(
+        db, job_ids=job_ids, batch_size=query.batch_size, variant=variant, rope=rope
+    )
     clusters = queries.clusters_of(db, job_ids=job_ids)
     found = [
         position_curve.distance_curve(
@@ -132,6 +136,7 @@ def _distance_curves(
             job_ids=job_ids,
             batch_size=n,
             resamples=resamples,
+            by=by.value,
         )
         for n in sizes
     ]

@@ -31,6 +31,7 @@ _AXES = {
     "answer-slot": "answer slot (line of the answer in the output)",
     "filler-length": "filler tokens",
     "token-distance": "tokens from question to answer",
+    "rope-distance": "positions (RoPE) from question to answer",
 }
 
 
@@ -142,7 +143,7 @@ def curves_figure(
         texts.append("(no simultaneous band: too few points)")
         handles.append(Patch(alpha=0.0))
     axes.legend(handles, texts, fontsize=8)
-    if by != "token-distance":
+    if by not in ("token-distance", "rope-distance"):
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(_AXES.get(by, by))
     axes.set_ylabel("accuracy (parsed answers)")

@@ -265,6 +265,7 @@ def distance_curve(
     batch_size: int,
     band: bool = True,
     resamples: int = BOOTSTRAP_RESAMPLES,
+    by: str = "token-distance",
 ) -> Curve:
     """Accuracy by distance in tokens from a question's end to its answer, in bins of `bin_width`: each
     point at its bin's centre, its interval clustered (one trial gives several answers to a bin). Answers
@@ -317,7 +318,7 @@ def distance_curve(
         revision=revision,
         job_ids=tuple(job_ids),
         batch_size=batch_size,
-        by="token-distance",
+        by=by,
         points=tuple(found),
         trials=len(trial_code),
         clusters=data.clusters,

@@ -283,17 +283,25 @@ def clusters_of(db: Database, *, job_ids: Collection[int]) -> dict[int, int]:
 
 
 def token_distance_rows(
-    db: Database, *, job_ids: Collection[int], batch_size: int | None = None, variant: str = BASELINE
+    db: Database,
+    *,
+    job_ids: Collection[int],
+    batch_size: int | None = None,
+    variant: str = BASELINE,
+    rope: bool = False,
 ) -> trial_columns.DistanceColumns:
-    """Per result of `variant` of `job_ids` (at `batch_size` when given): its trial, token distance,
-    whether it parsed and is correct, and the gold option's probability; for curves by token distance
-    instead of position. Read as columns."""
+    """Per result of `variant` of `job_ids` (at `batch_size` when given): its trial, token distance (with
+    `rope`, its RoPE distance: the same plus the hf engine's position gap), whether it parsed and is
+    correct, and the gold option's probability; for curves by distance instead of position. Read as
+    columns."""
     from posbias.service.store import columns
 
     query = select(
         Result.trial_id,
         Result.batch_size,
-        columns.filled(Result.token_distance, trial_columns.NO_INT).label("token_distance"),
+        columns.filled(Result.rope_distance if rope else Result.token_distance, trial_columns.NO_INT).label(
+            "token_distance"
+        ),
         (Result.parse_status == ParseStatus.ok).label("parsed"),
         Result.correct,
         columns.filled(Result.gold_prob, trial_columns.NO_FLOAT).label("gold_prob"),

@@ -18,7 +18,7 @@ SQLite's driver infers a column's type from its first rows and refuses a later r
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Unpack
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -37,7 +37,7 @@ def filled(column: Any, sentinel: float | str) -> Any:
     return func.coalesce(column, sentinel)
 
 
-def record_batches(db: Database, query: Select[Unpack[tuple[Any, ...]]]) -> Iterator[pa.RecordBatch]:
+def record_batches(db: Database, query: Select[*tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
     """The rows of `query` as Arrow record batches, in the query's order, column names as labelled.
     Empty batches are skipped; no rows, no batches."""
     connection = adbc_connection(db)
@@ -56,7 +56,7 @@ def record_batches(db: Database, query: Select[Unpack[tuple[Any, ...]]]) -> Iter
                 yield pa.RecordBatch.from_arrays(batch.columns, names=names)
 
 
-def read_table(db: Database, query: Select[Unpack[tuple[Any, ...]]]) -> pa.Table:
+def read_table(db: Database, query: Select[*tuple[Any, ...]]) -> pa.Table:
     """The rows of `query` as one Arrow table (for results whose size is bounded: per trial, per point)."""
     names = [c.name for c in query.selected_columns]
     batches = list(record_batches(db, query))
@@ -88,7 +88,7 @@ def adbc_connection(db: Database) -> Any | None:
     return None
 
 
-def _sqlalchemy_batches(db: Database, query: Select[Unpack[tuple[Any, ...]]]) -> Iterator[pa.RecordBatch]:
+def _sqlalchemy_batches(db: Database, query: Select[*tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
     names = [c.name for c in query.selected_columns]
     with db.read() as session:
         result = session.execute(query.execution_options(yield_per=BATCH_ROWS))

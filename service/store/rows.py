@@ -50,6 +50,7 @@ RESULT_COLUMNS = {
     "answer_slot": "int4",
     "in_window": "bool",
     "visible_layers": "int4",
+    "rope_distance": "int4",
     "parse_status": "text",
     "option_probs": "text",
 }
@@ -293,6 +294,7 @@ def _result_rows(result: ShardResult, trials: dict[int, _TrialRow]) -> Iterator[
         answers.answer_slot,
         answers.in_window,
         answers.visible_layers,
+        answers.rope_distance,
         [_AS_STORED[status] for status in answers.parse_status],
         [None if probs is None else _probs_json(probs) for probs in answers.option_probs],
     )

@@ -308,6 +308,8 @@ class Result(Base):
     answer_slot: Mapped[int | None] = mapped_column(Integer)
     in_window: Mapped[bool | None] = mapped_column(Boolean)
     visible_layers: Mapped[int | None] = mapped_column(Integer)
+    # Migration 0012: the distance in position ids (token distance, plus the hf engine's position gap).
+    rope_distance: Mapped[int | None] = mapped_column(Integer)
 
 
 class CurvePoint(Base):

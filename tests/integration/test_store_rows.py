@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from posbias.schemas import ParseStatus, QuestionResult, ResultColumns, ShardResult, Submitted
-from posbias.service.store import rows
+from posbias.service.store import database, migrate, rows
 from posbias.service.store.database import Database
 from posbias.service.work import queue
 
@@ -126,3 +127,36 @@ def test_the_store_still_refuses_a_parse_status_it_does_not_know_after_writing_r
                 ),
                 {"t": trial_id, "j": result.job_id},
             )
+
+
+def test_migration_0012_fills_each_answers_rope_distance_from_its_jobs_gap(
+    database_url: str, make_job: MakeJob, answer: Answer
+) -> None:
+    """Results written before `rope_distance` existed get it on upgrade: the token distance, plus the
+    position gap of a job that had one."""
+    with database.connect(database_url) as db:
+        plain, gapped = make_job(db).job_id, make_job(db, seed=9).job_id
+        leases = queue.lease(db, owner="w1", limit=20, lease_seconds=60)
+        assert all(
+            o.written for o in queue.complete(db, [answer(lease.shard) for lease in leases], owner="w1")
+        )
+    migrate.downgrade(database_url, "0011")
+    engine = database.create_db_engine(database_url, create=False)
+    try:
+        with engine.begin() as connection:
+            spec = connection.execute(
+                sa.text("SELECT spec FROM jobs WHERE id = :j"), {"j": gapped}
+            ).scalar_one()
+            spec = json.loads(spec) if isinstance(spec, str) else spec
+            spec["engine"]["position_gap"] = 4096  # as an hf job with a gap would have stored it
+            connection.execute(
+                sa.text("UPDATE jobs SET spec = :s WHERE id = :j"), {"s": json.dumps(spec), "j": gapped}
+            )
+    finally:
+        engine.dispose()
+    migrate.upgrade(database_url)
+    with database.connect(database_url) as db, db.read() as session:
+        rows = session.execute(sa.text("SELECT job_id, token_distance, rope_distance FROM results")).all()
+    assert {job for job, _, _ in rows} == {plain, gapped}
+    for job, token, rope in rows:
+        assert rope == token + (4096 if job == gapped else 0)

@@ -14,6 +14,7 @@ teacher-forced answers).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,27 @@ def test_the_jobs_ran_on_hf_as_submitted(store: Store) -> None:
         assert status["status"] == "done" and status["trials_done"] == 2 * 3, name
     # The gap was checked at load (the canary's zero pattern unchanged by it); the job without has none.
     assert runs == {store.jobs["hf"]: ("gold", None), store.jobs["hf-gap"]: ("fixed", True)}
+
+
+@pytest.mark.parametrize("job", ["hf", "hf-gap"])
+def test_each_answer_has_its_rope_distance(store: Store, job: str) -> None:
+    """The RoPE distance is the token distance plus the gap (every answer is after it, every question
+    before), and `curve --by rope-distance` bins it: the gap job's bins are its token bins moved by GAP."""
+    gap = GAP if job == "hf-gap" else 0
+    job_id = store.jobs[job]
+    with database.connect(store.url) as db, db.read() as session:
+        pairs = session.execute(
+            text("SELECT token_distance, rope_distance FROM results WHERE job_id = :j"), {"j": job_id}
+        ).all()
+    assert pairs and all(t is not None and r == t + gap for t, r in pairs)
+    curves = {
+        by: json.loads(view_cells.cli(store, "curve", "--job", str(job_id), "--by", by, "--json").stdout)
+        for by in ("token-distance", "rope-distance")
+    }
+    token = sorted(p["position"] for c in curves["token-distance"] for p in c["points"])
+    rope = sorted(p["position"] for c in curves["rope-distance"] for p in c["points"])
+    assert rope == [x + gap for x in token]  # bins of 256: the gap of 4,096 is 16 bins
+    assert all(c["by"] == "rope-distance" for c in curves["rope-distance"])
 
 
 @pytest.mark.parametrize("view", VIEWS)
