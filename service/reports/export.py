@@ -158,7 +158,7 @@ def _write_parquet(batches: Iterator[pa.RecordBatch], handle: IO[bytes]) -> int:
     count = 0
     with pq.ParquetWriter(handle, schema) as writer:
         for batch in batches:
-            writer.write_batch(batch)  # a row group per batch (`columns.BATCH_ROWS` rows at most)
+            writer.write_batch(batch)  # a row group per batch (`export_columns.BATCH_ROWS` rows at most)
             count += batch.num_rows
         if count == 0:
             writer.write_table(schema.empty_table())

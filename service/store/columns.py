@@ -37,17 +37,21 @@ def filled(column: Any, sentinel: float | str) -> Any:
     return func.coalesce(column, sentinel)
 
 
-def record_batches(db: Database, query: Select[*tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
-    """The rows of `query` as Arrow record batches, in the query's order, column names as labelled.
-    Empty batches are skipped; no rows, no batches."""
+def record_batches(
+    db: Database, query: Select[*tuple[Any, ...]], *, batch_rows: int | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The rows of `query` as Arrow record batches, in the query's order, column names as labelled; of
+    `batch_rows` rows at most on SQLite and through SQLAlchemy (by default `BATCH_ROWS`; PostgreSQL's driver
+    sizes its own). Empty batches are skipped; no rows, no batches."""
+    rows = batch_rows or BATCH_ROWS
     connection = adbc_connection(db)
     if connection is None:
-        yield from _sqlalchemy_batches(db, query)
+        yield from _sqlalchemy_batches(db, query, batch_rows=rows)
         return
     sql = str(query.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True}))
     with connection, connection.cursor() as cursor:
         if db.dialect == "sqlite":
-            cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(rows)})
         cursor.execute(sql)
         reader = cursor.fetch_record_batch()
         names = [c.name for c in query.selected_columns]
@@ -88,10 +92,12 @@ def adbc_connection(db: Database) -> Any | None:
     return None
 
 
-def _sqlalchemy_batches(db: Database, query: Select[*tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
+def _sqlalchemy_batches(
+    db: Database, query: Select[*tuple[Any, ...]], *, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     names = [c.name for c in query.selected_columns]
     with db.read() as session:
-        result = session.execute(query.execution_options(yield_per=BATCH_ROWS))
+        result = session.execute(query.execution_options(yield_per=batch_rows))
         try:
             for rows in result.partitions():
                 columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]

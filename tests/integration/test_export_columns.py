@@ -18,7 +18,7 @@ from support.job_runs import answer_every_shard
 from support.reference_export import reference_csv, reference_table
 
 from posbias.schemas import QuestionResult, ShardResult, ShardSpec, Submitted
-from posbias.service.reports import export
+from posbias.service.reports import export, export_columns
 from posbias.service.reports.export_columns import RESULT_COLUMNS, arrow_schema, result_batches
 from posbias.service.store import columns
 from posbias.service.store.database import Database
@@ -96,7 +96,8 @@ def jobs(db: Database, make_job: Callable[..., Submitted], answer: Callable[...,
 @pytest.fixture(params=["adbc", "sqlalchemy"])
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How the columns are read: ADBC in batches of 3 rows, or SQLAlchemy (no driver) in chunks of 3."""
-    monkeypatch.setattr(columns, "BATCH_ROWS", 3)
+    monkeypatch.setattr(export_columns, "BATCH_ROWS", 3)  # the answers
+    monkeypatch.setattr(columns, "BATCH_ROWS", 3)  # the trials
     if request.param == "sqlalchemy":
         monkeypatch.setattr(columns, "adbc_connection", lambda _db: None)
     return str(request.param)
