@@ -60,10 +60,14 @@ def normalise_url(url: str | URL) -> URL:
 
 
 def sqlite_path(url: URL) -> Path | None:
-    """The file of a SQLite URL; None for PostgreSQL and in-memory SQLite."""
+    """The file of a SQLite URL (also of the `file:` URI posbias opens a store read-only with); None for
+    PostgreSQL and in-memory SQLite."""
     if url.get_backend_name() != "sqlite" or url.database in {None, "", ":memory:"}:
         return None
-    return Path(str(url.database))
+    database = str(url.database)
+    if database.startswith("file:") and url.query.get("uri") == "true":
+        return Path(unquote(database.removeprefix("file:")))
+    return Path(database)
 
 
 def describe(url: URL) -> str:
