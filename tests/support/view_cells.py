@@ -28,7 +28,8 @@ from posbias.service.store import database
 from posbias.service.store.tables import Trial
 from support.in_process import run_cli
 
-CURVE_VIEWS = [(by, "json") for by in ("position", "answer-slot", "token-distance", "filler-length")] + [
+CURVE_AXES = ("position", "answer-slot", "token-distance", "rope-distance", "filler-length")
+CURVE_VIEWS = [(by, "json") for by in CURVE_AXES] + [
     ("position", "table"),
     ("position", "csv"),
 ]
@@ -269,7 +270,8 @@ def _view(m: Store, name: str, view: str) -> None:
             return
         if fmt == "json":
             curves = no_nan(seen.stdout)
-            counted = answers if by != "token-distance" else answers[answers["token_distance"].notna()]
+            distance = by in ("token-distance", "rope-distance")
+            counted = answers[answers["token_distance"].notna()] if distance else answers
             if by == "filler-length":
                 counted = answers
             assert _total(curves) == len(counted), (view, _total(curves), len(counted))
