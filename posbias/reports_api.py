@@ -29,9 +29,10 @@ def report(
     """Write one HTML file at `out` that shows `job_ids` (and compares them, when there are two) with no
     network: summary and spec, curves on every axis the design varies with the pointwise interval or the
     band, parse rate and strict accuracy, variants overlaid, the filler heatmap, explain's table and
-    verdict, the schedule strip; every point leads to its trials, up to `max_trials` of them embedded
-    whole. An existing file is replaced only with `overwrite` (else `OutputExists`); `out` is checked
-    before any work."""
+    verdict, the schedule strip, every one computed from every answer; every point leads to its trials
+    among a stated sample of up to `max_trials` (spread evenly over each job's variants and batch sizes),
+    each embedded whole, so the file's size does not grow with the jobs'. An existing file is replaced
+    only with `overwrite` (else `OutputExists`); `out` is checked before any work."""
     ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
     path = Path(out)
     check_out(path, overwrite=overwrite)
@@ -51,7 +52,8 @@ def viewer(
 ) -> Viewer:
     """A viewer of the store, listening on `host`:`port` (0: a free port; `Viewer.url` says which) on a
     read-only connection; `serve_forever()` answers requests here, `start()` in a thread, `close()` stops.
-    `log` is called with each request's line."""
+    Every trial of every point is read from the store on demand; a page is built once per change of the
+    store, however many ask for it at once. `log` is called with each request's line."""
     settings = _settings(settings)
     db = open_read_only(settings.database_url)
     try:

@@ -33,19 +33,21 @@ def report(
     max_trials: Annotated[
         int,
         typer.Option(
-            help="Trials embedded whole (prompt, output, answers); the others are listed under their "
-            "points with the command that shows them.",
+            help="Trials the file shows, a sample spread evenly over each job's variants and batch sizes: "
+            "each embedded whole (prompt, output, answers) and listed under its points. The curves count "
+            "every answer; `posbias view` lists every trial.",
             min=0,
             max=100_000,
         ),
-    ] = 200,
+    ] = 100,
 ) -> None:
     """Write one HTML file that opens anywhere with no network (scripts, styles and charts inlined): each
     job's summary and spec; accuracy by position per batch size with the pointwise 95% interval or the
     simultaneous band (a toggle), parse rate and strict accuracy; variants overlaid in their own colours (a
     toggle); answer-slot, token-distance and filler views and the filler heatmap where the design has
     them; explain's table and verdict; a schedule's checkpoints as a strip; the comparison of two jobs.
-    Click any point for its trials, and a trial for its prompt as sent and its output.
+    Click any point for its trials, and a trial for its prompt as sent and its output. The file shows a
+    stated sample of a larger job's trials (--max-trials), so its size stays bounded whatever the job's.
 
     Example: posbias report 3 7 --out report.html
     """
@@ -59,7 +61,7 @@ def report(
         raise BadUsage(str(exc)) from None
     out.print(
         f"wrote {written.path} ({written.bytes / 1e6:.1f} MB): job {', '.join(map(str, written.job_ids))}, "
-        f"{written.trials_embedded} of {written.trials_total} trials embedded"
+        f"{written.trials_embedded} of {written.trials_total} trials shown"
     )
 
 
@@ -71,8 +73,10 @@ def view(
     quiet: Annotated[bool, typer.Option("--quiet", help="Do not log each request on stderr.")] = False,
 ) -> None:
     """Serve the store's jobs as web pages on this machine, read-only: the job list with running jobs'
-    progress, each job's report (as `posbias report` writes it), and any two jobs compared. The database
-    is opened read-only and the server answers only GET; Ctrl-C stops it.
+    progress, each job's report (as `posbias report` writes it), and any two jobs compared. Every trial of
+    every point is read from the store when clicked, and a page is built once per change of the store,
+    however many ask for it. The database is opened read-only and the server answers only GET; Ctrl-C
+    stops it.
 
     Example: posbias view --port 8765   (then open http://127.0.0.1:8765/)
     """

@@ -2,10 +2,11 @@
 
 It holds each job's summary and spec, its curves on every axis the design varies (each variant overlaid in its
 own colour, the pointwise interval or the simultaneous band), explain's fits and verdict, the schedule strip
-when a schedule ran it, a comparison when two jobs are given, and every answer, so that each point of each
-chart leads to its trials; up to `max_trials` trials are embedded whole (prompt as sent, output, answers), the
-others are named with the command that shows them. The viewer (`service/reports/viewer.py`) serves the same
-pages from the store.
+when a schedule ran it, and a comparison when two jobs are given: every aggregate computed from every answer.
+Its trials are a stated sample (`answer_lists.trial_sample`: up to `max_trials`, spread evenly), each embedded
+whole (prompt as sent, output, answers) and listed under the points it answered, so that a page's size and
+cost do not grow with the job. The viewer (`service/reports/viewer.py`) serves the same pages from the
+store, where every trial of every point is read on demand.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from posbias.schemas import PosbiasError
-from posbias.service.reports import report_data, report_page
+from posbias.service.reports import answer_lists, report_data, report_page
 from posbias.service.reports.export import target
 from posbias.service.reports.trial_view import trial_detail
 from posbias.service.store import Database
 from posbias.service.work import jobs as job_store
 
-MAX_TRIALS = 200
-"""Trials a report file embeds whole by default (a 50-question prompt is about 20 kB of text)."""
+MAX_TRIALS = 100
+"""Trials a report file shows by default: each embedded whole, about 60 kB for a 50-question prompt (its
+text, output and answers), so a report's trials stay under about 6 MB whatever the job's size."""
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,9 @@ class ReportFile:
     bytes: int
     job_ids: tuple[int, ...]
     trials_embedded: int
-    """Trials whose prompt, output and answers are in the file."""
+    """Trials the file shows (its sample): each embedded whole and listed under the points it answered."""
     trials_total: int
-    """Trials with answers in the jobs: each is listed under its points, embedded or not."""
+    """Trials with answers in the jobs."""
 
 
 def check_out(path: Path, *, overwrite: bool) -> None:
@@ -58,8 +60,11 @@ def report_data_for(
     live: bool = False,
     cache_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Everything one report page shows of `job_ids` (their comparison when there are two), with up to
-    `max_trials` trials embedded whole, chosen evenly over each job's variants and batch sizes."""
+    """Everything one report page shows of `job_ids` (their comparison when there are two). A report file
+    (not `live`) carries a sample of each job's trials (`max_trials` shared between the jobs, spread evenly
+    over each job's variants and batch sizes): each embedded whole and its answers listed under their
+    points. A `live` page (the viewer's) carries none: it reads a point's answers and a trial from the
+    viewer when clicked."""
     if not job_ids:
         raise PosbiasError("name a job to report on, e.g. `posbias report 3 --out report.html`")
     ids = list(dict.fromkeys(job_ids))
@@ -73,31 +78,18 @@ def report_data_for(
         "comparisons": report_data.comparisons(db, records[0], records[1]) if len(ids) == 2 else [],
         "trials": {},
     }
-    if not live:
-        for job in jobs:
-            picked = _spread(job["answers"]["rows"], limit=max_trials // len(jobs))
-            job_id = job["summary"]["id"]
-            for trial_id in picked:
-                data["trials"][f"{job_id}:{trial_id}"] = trial_page(db, job_id, trial_id, cache_dir=cache_dir)
+    if live:
+        return data
+    for job_id, job in zip(ids, jobs, strict=True):
+        sample = answer_lists.trial_sample(db, job_id, limit=max_trials // len(jobs))
+        job["sample"] = {"shown": len(sample.trial_ids), "total": sample.total}
+        job["answers"] = {
+            "columns": list(answer_lists.ANSWER_COLUMNS),
+            "rows": answer_lists.sample_answers(db, sample.trial_ids),
+        }
+        for trial_id in sample.trial_ids:
+            data["trials"][f"{job_id}:{trial_id}"] = trial_page(db, job_id, trial_id, cache_dir=cache_dir)
     return data
-
-
-def _spread(rows: list[list[Any]], *, limit: int) -> list[int]:
-    """Up to `limit` trial ids from answer rows, taken in turn from each (variant, batch size) group so
-    that every chart's points lead to some embedded trials."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    for trial_id, variant, batch_size, *_ in rows:
-        group = groups.setdefault((variant, batch_size), [])
-        if not group or group[-1] != trial_id:
-            group.append(trial_id)
-    picked: list[int] = []
-    depth = 0
-    while len(picked) < limit and any(depth < len(g) for g in groups.values()):
-        for group in groups.values():
-            if depth < len(group) and len(picked) < limit:
-                picked.append(group[depth])
-        depth += 1
-    return picked
 
 
 def trial_page(db: Database, job_id: int, trial_id: int, *, cache_dir: Path | None = None) -> dict[str, Any]:
@@ -140,11 +132,10 @@ def write_report(
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
-    trials = {row[0] for job in data["jobs"] for row in job["answers"]["rows"]}
     return ReportFile(
         path=path,
         bytes=len(page),
         job_ids=tuple(job["summary"]["id"] for job in data["jobs"]),
         trials_embedded=len(data["trials"]),
-        trials_total=len(trials),
+        trials_total=sum(job["sample"]["total"] for job in data["jobs"]),
     )

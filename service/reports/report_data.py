@@ -1,6 +1,6 @@
 """What a report shows, read from the store: per job its record, its curves on every axis its design
-varies, explain's fits, each answer (so that every point leads to its trials), the schedule it belongs to;
-a comparison of two jobs; the job list the viewer opens on.
+varies, explain's fits, the schedule it belongs to; a comparison of two jobs; the job list the viewer opens
+on. The answers behind the points are listed apart (`service/reports/answer_lists.py`).
 
 Everything here only reads, through the same functions the API's `curves`, `compare` and `explain` call, and
 returns plain JSON-ready data: `service/reports/report_page.py` turns it into a page, whose inlined script
@@ -32,26 +32,12 @@ from posbias.service.store import (
     AttentionPoint,
     Checkpoint,
     Database,
-    Result,
     Schedule,
-    Trial,
 )
 from posbias.service.work import jobs as job_store
 
 BIN_WIDTH = 256
 """Token-distance bin width of a report's distance view (the `posbias curve` default)."""
-ANSWER_COLUMNS = (
-    "trial_id",
-    "variant",
-    "batch_size",
-    "position",
-    "answer_slot",
-    "token_distance",
-    "filler_tokens",
-    "parse_status",
-    "correct",
-)
-"""The columns of a report's answer rows: enough to find the trials behind any point on any axis."""
 
 
 def job_list(db: Database, *, limit: int | None = None) -> list[dict[str, Any]]:
@@ -95,7 +81,7 @@ def axes_of(record: JobRecord) -> list[CurveAxis]:
 
 def job_report(db: Database, job_id: int) -> dict[str, Any]:
     """One job's part of a report: its record, curves by every axis it varies (each variant its own
-    curves), explain per variant, its answers, its schedule. A part that cannot be shown yet (a job without
+    curves), explain per variant, its schedule. A part that cannot be shown yet (a job without
     results) says why in `missing` instead."""
     record = job_store.get(db, job_id)  # NotFoundError names the fix
     missing: dict[str, str] = {}
@@ -125,7 +111,6 @@ def job_report(db: Database, job_id: int) -> dict[str, Any]:
         "curves": curves,
         "bin_width": BIN_WIDTH,
         "explain": explained,
-        "answers": {"columns": list(ANSWER_COLUMNS), "rows": answer_rows(db, job_id)},
         "schedule": schedule_of(db, job_id),
         "attention": attention_of(db, job_id),
         "missing": missing,
@@ -181,31 +166,6 @@ def attention_of(db: Database, job_id: int) -> dict[str, Any] | None:
 
 def _variants(curves: Sequence[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(str(c["variant"]) for c in curves))
-
-
-def answer_rows(db: Database, job_id: int) -> list[list[Any]]:
-    """Every answer of a job as a row of `ANSWER_COLUMNS`, in trial and position order."""
-    query = (
-        select(
-            Result.trial_id,
-            Result.variant,
-            Result.batch_size,
-            Result.position,
-            Result.answer_slot,
-            Result.token_distance,
-            Trial.filler_tokens,
-            Result.parse_status,
-            Result.correct,
-        )
-        .join(Trial, Trial.id == Result.trial_id)
-        .where(Result.job_id == job_id)
-        .order_by(Result.trial_id, Result.variant, Result.position)
-    )
-    with db.read() as session:
-        return [
-            [trial, variant, n, position, slot, distance, filler, status.value, bool(correct)]
-            for trial, variant, n, position, slot, distance, filler, status, correct in session.execute(query)
-        ]
 
 
 def schedule_of(db: Database, job_id: int) -> dict[str, Any] | None:

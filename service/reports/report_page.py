@@ -44,6 +44,28 @@ def script_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def sample_note(data: dict[str, Any]) -> str:
+    """The line that says which of its jobs' trials a report file shows (empty for the viewer's pages,
+    which read every trial from the store)."""
+    samples = [(job["summary"]["id"], job["sample"]) for job in data.get("jobs", []) if job.get("sample")]
+    if not samples:
+        return ""
+    said = "; ".join(
+        f"job {job_id}: all {s['total']:,} trials shown"
+        if s["shown"] == s["total"]
+        else f"job {job_id}: {s['shown']:,} of {s['total']:,} trials shown"
+        for job_id, s in samples
+    )
+    if all(s["shown"] == s["total"] for _, s in samples):
+        return f'<p class="sample">{html.escape(said)}.</p>'
+    return (
+        f'<p class="sample">{html.escape(said)} (spread evenly over each variant and batch size; each '
+        "embedded whole, and listed under the points it answered). The curves count every answer. "
+        "<code>posbias view</code> lists every trial of a point; <code>posbias trial JOB TRIAL</code> shows "
+        "one.</p>"
+    )
+
+
 def render(data: dict[str, Any], *, title: str, live: bool = False) -> str:
     """The page for `data` (what `service/reports/report.py` gathers): the viewer's (`live`) pages may fetch
     from it; a report file's may not fetch at all."""
@@ -55,7 +77,7 @@ def render(data: dict[str, Any], *, title: str, live: bool = False) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><style>{_asset('report.css')}</style></head>\n<body>"
-        f"<header><h1>{html.escape(title)}</h1><div>{home}posbias, {made}</div></header>"
+        f"<header><h1>{html.escape(title)}</h1><div>{home}posbias, {made}</div>{sample_note(data)}</header>"
         '<main id="app"></main>'
         '<section id="point-trials" class="panel" hidden></section>'
         '<section id="trial" class="panel" hidden></section>'

@@ -1,8 +1,11 @@
 """`posbias view`: the report's pages served live from the store by a local web server that cannot write.
 
 Pages: `/` (every job, with running jobs' progress, and a form to compare two), `/job/ID` (a job's report),
-`/compare?a=ID&b=ID` (two jobs' reports and their comparison); data: `/api/jobs` and
-`/api/trial/JOB/TRIAL` (one trial's page, fetched when a point's trial is clicked).
+`/compare?a=ID&b=ID` (two jobs' reports and their comparison); data: `/api/jobs`,
+`/api/answers/JOB?variant=V&batch=N&axis=A&at=X` (the answers behind one point, from the store, a thousand
+at a time: what a click on a point lists) and `/api/trial/JOB/TRIAL` (one trial's page, fetched when a
+trial is clicked). A report page is built once per change of the store however many ask for it at once
+(`service/reports/page_cache.py`), and carries no answers: every trial is read from the store on demand.
 
 Read-only three times over: the database connection is opened read-only (SQLite through a `mode=ro` URI
 with `query_only` on, PostgreSQL with `default_transaction_read_only`), the server answers only GET and
@@ -28,7 +31,8 @@ from sqlalchemy import URL
 
 from posbias.schemas import NotFoundError, PosbiasError, UsageError, one_line
 from posbias.schemas.ids import parse_id
-from posbias.service.reports import report, report_data, report_page
+from posbias.service.reports import answer_lists, report, report_data, report_page
+from posbias.service.reports.page_cache import PageCache, StoreChanges
 from posbias.service.store import (
     Database,
     check_schema,
@@ -43,6 +47,8 @@ LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 # Any segment: the ids in it are read by `parse_id` (ASCII digits only; `\d` would pass a full-width 2).
 _JOB = re.compile(r"/job/([^/]+)/?")
 _TRIAL = re.compile(r"/api/trial/([^/]+)/([^/]+)/?")
+_ANSWERS = re.compile(r"/api/answers/([^/]+)/?")
+_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 def open_read_only(url: str | URL) -> Database:
@@ -83,8 +89,8 @@ class Viewer:
         self.cache_dir = cache_dir
         self.log = log
         self._host = host
-        self._pages: dict[tuple[int, ...], tuple[Any, dict[str, Any]]] = {}
-        self._lock = threading.Lock()
+        self._pages = PageCache()
+        self._changes = StoreChanges(db)
         self._thread: threading.Thread | None = None
         try:
             self.server = ThreadingHTTPServer((host, port), _handler(self))
@@ -115,6 +121,7 @@ class Viewer:
             self.server.shutdown()
             self._thread.join()
         self.server.server_close()
+        self._changes.close()
         self.db.close()
 
     def __enter__(self) -> Viewer:
@@ -125,23 +132,16 @@ class Viewer:
 
     # --- pages ------------------------------------------------------------------------------------------
 
-    def report_page(self, job_ids: list[int]) -> str:
-        """The report page of `job_ids`, computed again only when one of them has moved on since."""
-        stamp = tuple(self._stamp(job_id) for job_id in job_ids)  # NotFoundError names a missing job
-        key = tuple(job_ids)
-        with self._lock:
-            cached = self._pages.get(key)
-        if cached is None or cached[0] != stamp:
-            data = report.report_data_for(self.db, job_ids, live=True, cache_dir=self.cache_dir)
-            with self._lock:
-                self._pages[key] = (stamp, data)
-        else:
-            data = cached[1]
-        return report_page.render(data, title=report.title_of(job_ids), live=True)
+    def report_page(self, job_ids: list[int]) -> bytes:
+        """The report page of `job_ids`: the one built since the store last changed, or (once, however
+        many ask at the same time) built now."""
+        token = self._changes.token()  # before the build: the page is at least as new as its token
+        return self._pages.get(tuple(job_ids), token=token, build=lambda: self.build_report(job_ids))
 
-    def _stamp(self, job_id: int) -> tuple[str, int, int]:
-        progress = job_store.progress(self.db, job_id)
-        return progress.status.value, progress.trials_done, progress.trials_skipped
+    def build_report(self, job_ids: list[int]) -> bytes:
+        """The report page of `job_ids` computed from the store (`NotFoundError` names a missing job)."""
+        data = report.report_data_for(self.db, job_ids, live=True, cache_dir=self.cache_dir)
+        return report_page.render(data, title=report.title_of(job_ids), live=True).encode()
 
     def list_page(self) -> str:
         """The job list: every job, newest first, with its progress."""
@@ -163,12 +163,17 @@ class Viewer:
             if path in {"/", "/index.html"}:
                 return HTTPStatus.OK, html_type, self.list_page().encode()
             if match := _JOB.fullmatch(path):
-                return HTTPStatus.OK, html_type, self.report_page([parse_id(match[1])]).encode()
+                return HTTPStatus.OK, html_type, self.report_page([parse_id(match[1])])
             if path in {"/compare", "/compare/"}:
                 ids = [_job_id(query, "a"), _job_id(query, "b")]
-                return HTTPStatus.OK, html_type, self.report_page(ids).encode()
+                return HTTPStatus.OK, html_type, self.report_page(ids)
             if path == "/api/jobs":
                 return HTTPStatus.OK, json_type, _json(report_data.job_list(self.db))
+            if match := _ANSWERS.fullmatch(path):
+                job_id = parse_id(match[1])
+                job_store.get(self.db, job_id)  # NotFoundError names the fix
+                found = answer_lists.point_answers(self.db, job_id, _point(query), after=_after(query))
+                return HTTPStatus.OK, json_type, _json(found)
             if match := _TRIAL.fullmatch(path):
                 job_id, trial_id = parse_id(match[1]), parse_id(match[2], what="trial id")
                 page = report.trial_page(self.db, job_id, trial_id, cache_dir=self.cache_dir)
@@ -188,6 +193,43 @@ def _job_id(query: dict[str, list[str]], name: str) -> int:
         return parse_id(value)
     except UsageError as exc:
         raise UsageError(f"/compare needs two job ids, e.g. /compare?a=1&b=2: {name}: {exc}") from None
+
+
+def _point(query: dict[str, list[str]]) -> answer_lists.Point:
+    """The point `/api/answers` names: `variant`, `batch`, `axis`, `at`, and `width` (a token-distance
+    bin's) and `filler` (a filler length's curve) where they apply."""
+
+    def value(name: str) -> str:
+        found = query.get(name)
+        if not found:
+            raise UsageError(
+                f"/api/answers needs {name}=, e.g. /api/answers/1?variant=baseline&batch=5&axis=position&at=1"
+            )
+        return found[0]
+
+    def count(name: str) -> int:
+        text = value(name)
+        if not _COUNT.fullmatch(text):
+            raise UsageError(f"{name} {text[:30]!r} is not a count: write it in the digits 0-9 only")
+        return int(text)
+
+    return answer_lists.Point(
+        variant=value("variant")[:64],
+        batch_size=count("batch"),
+        axis=value("axis"),
+        at=count("at"),
+        width=count("width") if "width" in query else None,
+        filler=count("filler") if "filler" in query else None,
+    )
+
+
+def _after(query: dict[str, list[str]]) -> tuple[int, int]:
+    """Where the last page of a point's answers ended (`after=TRIAL,POSITION`); (0, 0) for the first."""
+    text = (query.get("after") or ["0,0"])[0]
+    trial, _, position = text.partition(",")
+    if not (_COUNT.fullmatch(trial) and _COUNT.fullmatch(position)):
+        raise UsageError(f"after {text[:30]!r} is not TRIAL,POSITION, e.g. after=120,7")
+    return int(trial), int(position)
 
 
 def _json(data: Any) -> bytes:

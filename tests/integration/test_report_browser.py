@@ -135,6 +135,23 @@ def test_the_report_file_draws_every_view_offline(
     assert page.console_errors() == []
     assert page.leaving() == set()
 
+    # A file that shows a sample of a job's trials says so, and a point lists the sample's answers there.
+    sampled = tmp_path / "sampled.html"
+    done = run_cli(
+        ["report", str(other), "--out", str(sampled), "--max-trials", "2"],
+        env={"POSBIAS_DATABASE_URL": database_url, "POSBIAS_CACHE_DIR": str(tmp_path / "cache")},
+        folder=tmp_path,
+    )
+    assert done.code == 0, done.stderr
+    page.load(sampled.as_uri())
+    assert "2 of 6 trials shown" in page.driver.find_element("css selector", "header .sample").text
+    page.click(f"#job-{other} circle.point[data-axis='position'][data-pos='1']")
+    page.wait_for("#point-trials .trial-link")
+    assert page.count("#point-trials .trial-link") == 2
+    said = page.driver.find_element("css selector", "#point-trials p").text
+    assert "of the 2 trials this file shows (of 6; the point counts 6 answers" in said, said
+    assert page.console_errors() == []
+
 
 def _state(db: Database) -> list[Any]:
     """What a write would change: every job's status and progress, every shard's, the result count."""
@@ -216,6 +233,7 @@ def test_the_viewer_serves_the_store_read_only(
         assert page.console_errors() == []
         assert page.leaving() == set()
         assert {u for u in page.requested() if u.startswith(view.url + "api/trial/")}  # trials came live
+        assert {u for u in page.requested() if u.startswith(view.url + "api/answers/")}  # and points' answers
 
         # Read-only: every other method is refused, nothing changed, and the connection cannot write.
         before = _state(db)

@@ -1,7 +1,7 @@
 // posbias report and viewer: draws the page from the JSON in #posbias-data with hand-written SVG.
 // No library and no network: a report file must open anywhere, offline, and look the same in ten years.
-// The viewer serves this same script; only trial pages (and the job list's progress) are fetched there,
-// from the viewer itself.
+// The viewer serves this same script; only a point's answers, trial pages and the job list's progress are
+// fetched there, from the viewer itself.
 (function () {
   "use strict";
 
@@ -195,7 +195,7 @@
           lo: metric === "accuracy" ? p.ci_low : null, hi: metric === "accuracy" ? p.ci_high : null,
           blo: metric === "accuracy" ? p.band_low : null, bhi: metric === "accuracy" ? p.band_high : null,
           ref: { job: job, axis: axis, variant: c.variant, batch: c.batch_size,
-            filler: c.filler_tokens === null ? "" : c.filler_tokens, pos: p.position },
+            filler: c.filler_tokens === null ? "" : c.filler_tokens, pos: p.position, n: p.n },
         })),
       };
     });
@@ -324,7 +324,7 @@
           const rect = sv("rect", { x: L + (p.position - 1) * cell, y: T + i * cell, width: cell - 1, height: cell - 1,
             fill: a === null ? "#eee" : `hsl(${Math.round(220 * a)}, 70%, ${Math.round(80 - 35 * a)}%)`, class: "cell point",
             "data-job": report.summary.id, "data-axis": "position", "data-variant": variant, "data-batch": n,
-            "data-filler": level, "data-pos": p.position });
+            "data-filler": level, "data-pos": p.position, "data-n": p.n });
           rect.append(sv("title", { text: `filler ${level}, position ${p.position}: ${pct(a)} (n = ${p.n})` }));
           rect.addEventListener("click", () => openPoint(rect.dataset));
           root.append(rect);
@@ -389,7 +389,7 @@
       // n: the answers behind the point (each has one row per layer of the kind), as its trial list shows.
       points: c.points.map((p) => ({
         x: p.x, y: p.own_mean, n: Math.round(p.n / layersOf(report, c)), label: by === "position" ? String(p.x) : `${p.x - c.bin_width / 2} to ${p.x + c.bin_width / 2 - 1}`,
-        ref: Object.assign({ job: report.summary.id, axis: by, variant: c.variant, batch: c.batch_size, filler: "",
+        ref: Object.assign({ job: report.summary.id, axis: by, variant: c.variant, batch: c.batch_size, filler: "", n: Math.round(p.n / layersOf(report, c)),
           pos: by === "position" ? p.x : p.x - c.bin_width / 2, metric: "attention", kind: c.layer_kind,
           own: p.own_mean, "own-max": p.own_max, rows: p.n, trials: p.trials }, by === "position" ? {} : { width: c.bin_width }),
       })),
@@ -506,36 +506,75 @@
     return DATA.jobs.find((j) => String(j.summary.id) === String(id));
   }
 
+  // A point's answers: in a report file those of the trials it shows (a stated sample of a large job's);
+  // in the viewer all of them, read from the store a page at a time.
   function openPoint(ref) {
     const report = jobById(ref.job);
-    const cols = report.answers.columns, at = (name) => cols.indexOf(name);
-    const pos = Number(ref.pos), filler = ref.filler === "" ? null : Number(ref.filler);
+    const pos = Number(ref.pos), filler = ref.filler === "" || ref.filler === undefined ? null : Number(ref.filler);
     const width = ref.width ? Number(ref.width) : report.bin_width;
-    const matches = report.answers.rows.filter((r) => {
-      if (r[at("variant")] !== ref.variant) return false;
-      if (ref.axis !== "filler-length" && r[at("batch_size")] !== Number(ref.batch)) return false;
-      if (ref.axis === "filler-length") return r[at("batch_size")] === Number(ref.batch) && r[at("filler_tokens")] === pos;
-      if (filler !== null && r[at("filler_tokens")] !== filler) return false;
-      if (ref.axis === "answer-slot") return r[at("answer_slot")] === pos;
-      if (ref.axis === "token-distance") {
-        const d = r[at("token_distance")];
-        return d !== null && d >= pos && d < pos + width;
-      }
-      return r[at("position")] === pos;
-    });
     const panel = document.getElementById("point-trials");
-    panel.replaceChildren();
-    const correct = matches.filter((r) => r[at("correct")]).length;
     const where = ref.axis === "token-distance" ? `distances ${pos} to ${pos + width - 1}` : `${ref.axis} ${pos}`;
-    panel.append(el("h2", { text: `job ${ref.job}, ${ref.variant}, N = ${ref.batch}` + (filler !== null ? `, filler ${filler}` : "") + `, ${where}` }),
-      el("p", { text: `${matches.length} answers, ${correct} correct; click a trial to see its prompt and output` }),
+    panel.replaceChildren(el("h2", { text: `job ${ref.job}, ${ref.variant}, N = ${ref.batch}` + (filler !== null ? `, filler ${filler}` : "") + `, ${where}` }),
       el("button", { type: "button", class: "close", onclick: () => { panel.hidden = true; }, text: "close" }));
-    panel.append(table(["trial", "position", "parse status", "correct"], matches.map((r) => [
-      el("a", { href: "#trial", class: "trial-link", "data-job": ref.job, "data-trial": r[at("trial_id")], text: `trial ${r[at("trial_id")]}`,
-        onclick: (e) => { e.preventDefault(); openTrial(ref.job, r[at("trial_id")], r[at("position")]); } }),
-      r[at("position")], r[at("parse_status")], r[at("correct")] ? "yes" : "no"]), { class: "trials-table" }));
     panel.hidden = false;
+    if (DATA.live) {
+      const said = el("p", { text: "reading its answers from the store" });
+      panel.append(said);
+      livePoint(ref, { pos, filler, width }, panel, said, [], null);
+    } else {
+      const rows = sampleAnswers(report, ref, { pos, filler, width });
+      const correct = rows.filter((r) => r[ANSWER.correct]).length;
+      const sample = report.sample;
+      const part = sample && sample.shown < sample.total ?
+        ` of the ${sample.shown} trials this file shows (of ${sample.total}; the point counts ${ref.n} answers, and posbias view lists them all)` : "";
+      panel.append(el("p", { text: `${rows.length} answers${part}, ${correct} correct; click a trial to see its prompt and output` }),
+        answerTable(ref.job, rows));
+    }
     panel.scrollIntoView({ block: "nearest" });
+  }
+
+  // Where each field is in an answer row: `ANSWER_COLUMNS` (service/reports/answer_lists.py).
+  const ANSWER = { trial_id: 0, variant: 1, batch_size: 2, position: 3, answer_slot: 4, token_distance: 5, filler_tokens: 6, parse_status: 7, correct: 8 };
+
+  function sampleAnswers(report, ref, at) {
+    return report.answers.rows.filter((r) => {
+      if (r[ANSWER.variant] !== ref.variant || r[ANSWER.batch_size] !== Number(ref.batch)) return false;
+      if (ref.axis === "filler-length") return r[ANSWER.filler_tokens] === at.pos;
+      if (at.filler !== null && r[ANSWER.filler_tokens] !== at.filler) return false;
+      if (ref.axis === "answer-slot") return r[ANSWER.answer_slot] === at.pos;
+      if (ref.axis === "token-distance") {
+        const d = r[ANSWER.token_distance];
+        return d !== null && d >= at.pos && d < at.pos + at.width;
+      }
+      return r[ANSWER.position] === at.pos;
+    });
+  }
+
+  function livePoint(ref, at, panel, said, shown, after) {
+    const query = new URLSearchParams({ variant: ref.variant, batch: ref.batch, axis: ref.axis, at: at.pos });
+    if (ref.axis === "token-distance") query.set("width", at.width);
+    if (at.filler !== null && ref.axis !== "filler-length") query.set("filler", at.filler);
+    if (after) query.set("after", after.join(","));
+    fetch(`/api/answers/${ref.job}?${query}`).then((r) => r.json().then((body) => {
+      if (!r.ok) throw new Error(body.error || r.statusText);
+      const rows = shown.concat(body.rows);
+      const correct = rows.filter((x) => x[ANSWER.correct]).length;
+      said.textContent = `${rows.length} answers` + (body.after ? ` (the first of ${ref.n})` : "") +
+        `, ${correct} correct, read from the store; click a trial to see its prompt and output`;
+      panel.querySelectorAll(".trials-table, button.more").forEach((node) => node.remove());
+      panel.append(answerTable(ref.job, rows));
+      if (body.after) {
+        panel.append(el("button", { type: "button", class: "more", text: "more answers",
+          onclick: () => livePoint(ref, at, panel, said, rows, body.after) }));
+      }
+    })).catch((e) => { said.textContent = `answers at this point: ${e.message}`; said.className = "error"; });
+  }
+
+  function answerTable(job, rows) {
+    return table(["trial", "position", "parse status", "correct"], rows.map((r) => [
+      el("a", { href: "#trial", class: "trial-link", "data-job": job, "data-trial": r[ANSWER.trial_id], text: `trial ${r[ANSWER.trial_id]}`,
+        onclick: (e) => { e.preventDefault(); openTrial(job, r[ANSWER.trial_id], r[ANSWER.position]); } }),
+      r[ANSWER.position], r[ANSWER.parse_status], r[ANSWER.correct] ? "yes" : "no"]), { class: "trials-table" });
   }
 
   function openTrial(job, trial, position) {
