@@ -56,6 +56,7 @@ _HOMES: dict[str, str] = {
     "foreign_problem": "posbias.schemas.errors",
     "one_line": "posbias.schemas.errors",
     "FakeCollapse": "posbias.schemas.fake_spec",
+    "FakeMechanism": "posbias.schemas.fake_spec",
     "FakeSpec": "posbias.schemas.fake_spec",
     "FillerSpec": "posbias.schemas.filler_spec",
     "BatchSizeEstimate": "posbias.schemas.job_records",

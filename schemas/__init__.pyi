@@ -47,6 +47,7 @@ from posbias.schemas.errors import UsageError as UsageError
 from posbias.schemas.errors import foreign_problem as foreign_problem
 from posbias.schemas.errors import one_line as one_line
 from posbias.schemas.fake_spec import FakeCollapse as FakeCollapse
+from posbias.schemas.fake_spec import FakeMechanism as FakeMechanism
 from posbias.schemas.fake_spec import FakeSpec as FakeSpec
 from posbias.schemas.filler_spec import FillerSpec as FillerSpec
 from posbias.schemas.job_records import FINISHED_JOB_STATUSES as FINISHED_JOB_STATUSES
@@ -145,6 +146,7 @@ __all__ = [
     "ExportSummary",
     "FakeAxis",
     "FakeCollapse",
+    "FakeMechanism",
     "FakeSpec",
     "FillerPlace",
     "FillerSpec",

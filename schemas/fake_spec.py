@@ -50,6 +50,49 @@ class FakeCollapse(Record):
         return [self.prior if i == self.option - 1 else rest for i in range(n_options)]
 
 
+class FakeMechanism(Record):
+    """A cause of the fake's curve that responds to a variant as the mechanism would (`posbias diagnose`
+    is checked on it): a step at the sliding window that vanishes when every layer is global, and a decay
+    with RoPE distance that follows that distance, which a position gap lengthens and a larger RoPE base
+    shortens. The intervention fields are set by a job's variants (`global-only`, `rope-base:x<f>`, a
+    variant `{name, fake: {mechanism: {position_gap: G}}}`), not by hand."""
+
+    model_config = FINITE
+
+    accuracy: float = Field(0.7, ge=0.0, le=1.0, description="Accuracy where no mechanism takes any away.")
+    window_step: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Accuracy lost by an answer whose question is at or beyond the fake's `window` (needs "
+        "`window`); none under `global_only`.",
+    )
+    rope_decay: float = Field(
+        0.0, ge=0.0, le=1.0, description="Accuracy lost at a RoPE distance of `rope_span`, linearly from 0."
+    )
+    rope_span: int = Field(
+        4096, ge=1, description="RoPE distance (tokens) where the decay reaches `rope_decay` (flat beyond)."
+    )
+    rope_theta: float = Field(10000.0, gt=0.0, description="The RoPE base the fake reports as its model's.")
+    global_only: bool = Field(False, description="Every layer global (variant `global-only`): no step.")
+    rope_factor: float = Field(
+        1.0, gt=0.0, description="RoPE base multiplier (variant `rope-base:x<f>`): distances shrink by it."
+    )
+    position_gap: int = Field(
+        0, ge=0, description="Position ids added after the last question (as the hf engine's gap)."
+    )
+
+    def accuracy_at(self, distance: Any, *, window: int | None) -> Any:
+        """True accuracy at token `distance` (a number or an array)."""
+        d = np.asarray(distance, dtype=np.float64)
+        rope = (d + self.position_gap) / (self.rope_factor * self.rope_span)
+        found = self.accuracy - self.rope_decay * np.minimum(rope, 1.0)
+        if window is not None and not self.global_only:
+            found = found - self.window_step * (d >= window)
+        found = np.clip(found, 0.0, 1.0)
+        return float(found) if found.ndim == 0 else found
+
+
 class FakeSpec(Record):
     """The fake engine's behaviour: a model whose accuracy by position is known, with the dependence
     between answers a real model shows.
@@ -107,6 +150,11 @@ class FakeSpec(Record):
         description="An option prior at some positions (see FakeCollapse): e.g. {option: 4, positions: "
         "[1, 8]} answers option 4 there whatever the question.",
     )
+    mechanism: FakeMechanism | None = Field(
+        None,
+        description="A mechanism behind the curve that variants act on (see FakeMechanism); replaces "
+        "`curve`, `first`, `last` and `depends_on` when given.",
+    )
     delay_s: float = Field(0.0, ge=0.0, le=60.0, description="Seconds the fake engine sleeps per prompt.")
     as_gpu: bool = Field(
         False,
@@ -146,6 +194,10 @@ class FakeSpec(Record):
     ) -> Any:
         """True probability of a correct answer, by `depends_on`: at `position` of `batch_size`, at answer
         `slot` of `answers` lines, or at token `distance`. Takes numbers or numpy arrays alike."""
+        if self.mechanism is not None:
+            if distance is None:
+                raise ValueError("a fake with a mechanism needs each answer's distance")
+            return self.mechanism.accuracy_at(distance, window=self.window)
         points = np.asarray(self.curve if self.curve is not None else (self.first, self.last))
         if self.depends_on is FakeAxis.position:
             along, count = position, batch_size

@@ -208,9 +208,17 @@ class JobSpec(Record):
 
     def fake_for(self, variant: Variant) -> FakeSpec:
         """The fake engine's behaviour under `variant`: the job's `fake` with the variant's changes."""
-        if not variant.fake:
-            return self.fake
-        return FakeSpec.model_validate({**self.fake.model_dump(), **variant.fake})
+        fake = self.fake
+        if variant.fake:
+            changes = dict(variant.fake)
+            mechanism = changes.pop("mechanism", None)
+            merged = {**fake.model_dump(), **changes}
+            if isinstance(mechanism, dict) and fake.mechanism is not None:
+                merged["mechanism"] = {**fake.mechanism.model_dump(), **mechanism}
+            elif mechanism is not None:
+                merged["mechanism"] = mechanism
+            fake = FakeSpec.model_validate(merged)
+        return _fake_intervention(fake, variant)
 
     @model_validator(mode="after")
     def _check_design(self) -> Self:
@@ -323,6 +331,7 @@ _LATER_FIELDS: tuple[tuple[str, ...], ...] = (
     ("fake", "window"),
     ("fake", "distance_span"),
     ("fake", "collapse"),
+    ("fake", "mechanism"),
 )
 """Fields (as paths in the dumped spec) added after jobs were first stored; see `JobSpec.spec_hash`."""
 
@@ -342,7 +351,9 @@ def _check_variants_fit_engine(spec: JobSpec) -> None:
                 f"variant {variant.name}: a served model's architecture is its server's; serve each "
                 "variant as its own endpoint (vllm serve --hf-overrides ...) and submit a job to each"
             )
-        if fake and (variant.hf_overrides or kind not in (None, InterventionKind.baseline)):
+        if fake and (
+            variant.hf_overrides or kind not in (None, InterventionKind.baseline, *_fake_acts(spec))
+        ):
             raise ValueError(
                 f"variant {variant.name}: the fake engine has no architecture to change; give fake "
                 "variants as {name: NAME, fake: {last: 0.4}}"
@@ -356,6 +367,30 @@ def _check_variants_fit_engine(spec: JobSpec) -> None:
                 raise ValueError(f"variant {variant.name}: fake.{describe_validation_error(exc)}") from None
     if fake and spec.engine.hf_overrides:
         raise ValueError("engine.hf_overrides: the fake engine has no config to change")
+
+
+def _fake_acts(spec: JobSpec) -> tuple[InterventionKind, ...]:
+    """The named interventions a fake with a mechanism answers to (`FakeMechanism`)."""
+    if spec.fake.mechanism is None:
+        return ()
+    return (InterventionKind.global_only, InterventionKind.rope_base)
+
+
+def _fake_intervention(fake: FakeSpec, variant: Variant) -> FakeSpec:
+    """`fake` under a named intervention its mechanism answers to: every layer global, or the RoPE base
+    multiplied (a base given as a value multiplies the fake's own)."""
+    intervention = variant.intervention
+    if fake.mechanism is None or intervention is None:
+        return fake
+    mechanism = fake.mechanism
+    if intervention.kind is InterventionKind.global_only:
+        mechanism = mechanism.model_copy(update={"global_only": True})
+    elif intervention.kind is InterventionKind.rope_base:
+        factor = intervention.factor or (intervention.value or mechanism.rope_theta) / mechanism.rope_theta
+        mechanism = mechanism.model_copy(update={"rope_factor": mechanism.rope_factor * factor})
+    else:
+        return fake
+    return fake.model_copy(update={"mechanism": mechanism})
 
 
 def _check_design_fits_batch_sizes(spec: JobSpec) -> None:

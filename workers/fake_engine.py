@@ -266,15 +266,27 @@ class FakeEngine(EngineBase[FakeTokenizer]):
 
 def _model_info(spec: FakeSpec, *, model: str, max_model_len: int) -> ModelInfo:
     """The name and the context length; with `spec.window`, a 4-layer model whose layers 0 and 2 slide over
-    that window (the shape of Gemma 2), so results are window-aware as a real model's are."""
-    if spec.window is None:
-        return ModelInfo(name=model, context_length=max_model_len)
+    that window (the shape of Gemma 2), so results are window-aware as a real model's are. With a
+    mechanism, its RoPE base too, and no sliding layer under `global-only`."""
+    mechanism = spec.mechanism
+    rope = None if mechanism is None else mechanism.rope_theta * mechanism.rope_factor
+    if spec.window is None or (mechanism is not None and mechanism.global_only):
+        if mechanism is None:
+            return ModelInfo(name=model, context_length=max_model_len)
+        return ModelInfo(
+            name=model,
+            architecture="FakeMechanism",
+            num_layers=FAKE_LAYERS,
+            rope_theta=rope,
+            context_length=max_model_len,
+        )
     return ModelInfo(
         name=model,
         architecture="FakeSlidingWindow",
         num_layers=FAKE_LAYERS,
         sliding_window=spec.window,
         sliding_window_layers=FAKE_SLIDING_LAYERS,
+        rope_theta=rope,
         context_length=max_model_len,
     )
 
