@@ -6,6 +6,10 @@
     python benchmarks/views.py --sizes 1000000 --views curve,trial --keep /tmp/views-stores
     python benchmarks/views.py --at HEAD --keep /tmp/views-stores    # the code of a commit, not the tree
 
+`--at REF` runs the whole program again on the code of commit REF (`git archive` of its package folders,
+laid out as the build installs them, in a folder of the temporary directory named by the commit, first on
+PYTHONPATH): a working tree that others are editing is not what gets measured.
+
 The stores. Each size gets a store of its own per database, holding two jobs of model `fake` at batch size
 50 (as `posbias submit --engine fake --model fake --batch-sizes 50 --iterations K` makes them, seed 0): the
 job measured, of K = size / 50 trials (4,000, 20,000, 100,000), and a second job of 4,000 trials with a
@@ -17,8 +21,10 @@ transaction, as the dispatcher writes them. The plan of a larger job begins with
 (the planner draws trials in order from the seed), so each shard is answered once and written into every store
 whose job has it. The fake engine's tokenizer is wrapped in a cache of token ids (the same ids, checked on
 the first shard against the engine the worker loads): tokenizing prompts is most of a fake shard's time.
-Answering 5.2M results this way takes about 10 minutes on 2 cores, writing them a few more per database;
-`--keep DIR` keeps the stores (a SQLite file per size, one PostgreSQL cluster) for the next run.
+Answering ran at about 1,700 results a second on the shared 2-core development machine (load average 9: 1M
+results in 10 minutes, so 5M in about 50), and each store took 25 s a million to write. `--keep DIR` keeps
+the stores (a SQLite file per size, one PostgreSQL cluster) for the next run, and brings a kept store to the
+schema of the code measured (`posbias db upgrade`) when that code has moved on.
 
 The views. Each one is a `posbias` command run as a process of its own with POSBIAS_DATABASE_URL set, in a
 scratch folder: its wall time from start to exit, and the peak memory (RSS) of its process tree, sampled
@@ -26,9 +32,10 @@ every 20 ms and never below the kernel's maximum for the command's process (GNU 
 server's own memory is not counted. A view that runs past `--timeout` seconds (600) is stopped and shown as
 timed out; one whose memory passes `--memory-cap` MB (10,000, so that a view cannot take the shared machine
 down) is stopped and shown as over the cap. `posbias view` is started once per store and timed on two GETs of
-the job's page (the server's peak covers its start-up and both requests). `start-up` is `posbias db current`:
-what any command that opens the store costs before its view does anything. MB are 10^6 bytes; the target of 1
-GB is 1,000 MB.
+the job's page (the first builds it, the second shows whether the viewer keeps it) and one of a trial as a
+click asks for it (`/api/trial/JOB/TRIAL`, where the code serves it); the server's peak covers its start-up
+and the requests so far. `start-up` is `posbias db current`: what any command that opens the store costs
+before its view does anything. MB are 10^6 bytes; the target of 1 GB is 1,000 MB.
 
 The targets (issue 39): at 1M results `curve` (of the job, and of the model over its jobs) at most 2 s and
 500 MB, `explain` at most 10 s, `report` at most 10 s and a page of at most 10 MB, `export` at most 5 s,
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import json
 import os
 import pwd
@@ -51,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -137,7 +146,13 @@ VIEWS: tuple[View, ...] = (
     View("startup", "start-up (db current)", lambda s: ["db", "current"]),
 )
 PAGE_ROW = "report page"
-SECOND_GET_ROW = "view, second GET"
+VIEWER_GETS = (
+    ("view, first GET", "/job/{job}"),
+    ("view, second GET", "/job/{job}"),
+    ("view, a trial", "/api/trial/{job}/{trial}"),
+)
+"""What the viewer is asked, in order: the job's page twice (built, then as the viewer keeps it), and one
+trial as a click on it asks (served from the store on demand)."""
 
 
 @dataclass
@@ -152,8 +167,8 @@ class Measured:
     """The error's last lines, or other facts worth printing under the table."""
     page_mb: float | None = None
     """The report page's size (report), or None."""
-    second: Measured | None = None
-    """The viewer's second GET (view), or None."""
+    also: dict[str, Measured] = field(default_factory=dict)
+    """Rows of their own that the same run measured (the viewer's later GETs)."""
 
     def cell(self) -> str:
         """The table's cell: `seconds s, MB MB`, or the problem (never two spaces in a row)."""
@@ -269,10 +284,11 @@ def run_command(
 
 
 def run_viewer(
-    command: list[str], *, job: int, env: dict[str, str], cwd: Path, timeout: float, cap_mb: float
+    command: list[str], *, store: StoreJobs, env: dict[str, str], cwd: Path, timeout: float, cap_mb: float
 ) -> Measured:
-    """Start the viewer, GET the job's page twice, stop it: the time of each GET, and the server's peak
-    (its start-up included)."""
+    """Start the viewer, GET the job's page twice and one trial as a click asks for it, stop the viewer:
+    each GET's time, and the server's peak up to it (its start-up included). The first GET's figures, with
+    the others as rows of their own (`also`)."""
     with open(cwd / "stderr.txt", "wb") as err:
         process = subprocess.Popen(
             _with_peak(command, cwd),
@@ -285,13 +301,12 @@ def run_viewer(
         )
         sampler = Sampler(process.pid, cap=cap_mb * MB, over=lambda: _kill_tree(process.pid))
         started = time.perf_counter()
-        gets: list[Measured] = []
+        gets: dict[str, Measured] = {}
         try:
-            gets = _get_twice(process, job=job, timeout=timeout, sampler=sampler, started=started)
+            gets = _viewer_gets(process, store=store, timeout=timeout, sampler=sampler, started=started)
         finally:
-            with contextlib.suppress(
-                ProcessLookupError
-            ):  # Ctrl-C, how a viewer is stopped (GNU time ignores it)
+            # Ctrl-C, how a viewer is stopped, to its process group (GNU time ignores it).
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGINT)
             try:
                 process.wait(timeout=10)
@@ -305,48 +320,60 @@ def run_viewer(
         lines = (cwd / "stderr.txt").read_text(errors="replace").strip().splitlines()
         detail = "the viewer did not start: " + " | ".join(lines[-3:])
         return Measured(time.perf_counter() - started, peak, problem="error", detail=detail)
-    first = gets[0]
-    if len(gets) > 1:
-        gets[1].peak_mb = peak
-        first.second = gets[1]
+    items = list(gets.items())
+    items[-1][1].peak_mb = max(items[-1][1].peak_mb, peak)
+    first = items[0][1]
+    first.also = dict(items[1:])
     return first
 
 
-def _get_twice(
-    process: subprocess.Popen[str], *, job: int, timeout: float, sampler: Sampler, started: float
-) -> list[Measured]:
-    """Wait for the viewer's address, then GET the job's page twice (stopping at a failed GET)."""
+def _viewer_gets(
+    process: subprocess.Popen[str], *, store: StoreJobs, timeout: float, sampler: Sampler, started: float
+) -> dict[str, Measured]:
+    """Wait for the viewer's address, then GET what `VIEWER_GETS` names, stopping at a failed GET. A trial
+    the viewer does not serve (404: code from before it served trials on demand) has no row."""
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     first_line = process.stdout.readline() if ready else ""  # "posbias view: http://127.0.0.1:PORT/ (..."
     found = re.search(r"(http://\S+?)/?\s", first_line)
     if found is None:
-        return []
-    page = f"{found.group(1)}/job/{job}"
+        return {}
     start_up = time.perf_counter() - started
-    gets: list[Measured] = []
-    for _ in range(2):
+    gets: dict[str, Measured] = {}
+    for label, path in VIEWER_GETS:
+        asked = path.format(job=store.job, trial=store.trial)
+        url = found.group(1) + asked
         began = time.perf_counter()
         try:
-            with urllib.request.urlopen(page, timeout=timeout) as answer:
+            with urllib.request.urlopen(url, timeout=timeout) as answer:
                 body = answer.read()
         except Exception as exc:
             seconds = time.perf_counter() - began
+            if isinstance(exc, urllib.error.HTTPError) and exc.code == 404 and "{trial}" in path:
+                continue
             problem = "error"
             if sampler.capped:
                 problem = "over the memory cap"
             elif seconds >= timeout:
                 problem = "timed out"
-            gets.append(Measured(seconds, sampler.peak / MB, problem=problem, detail=f"GET {page}: {exc}"))
+            detail = f"GET {asked}: {_http_error(exc)}"
+            gets[label] = Measured(seconds, sampler.peak / MB, problem=problem, detail=detail)
             break
-        gets.append(
-            Measured(
-                time.perf_counter() - began,
-                sampler.peak / MB,
-                detail=f"viewer start-up {start_up:.2f} s, page {len(body) / MB:.1f} MB",
-            )
-        )
+        seconds = time.perf_counter() - began
+        detail = f"GET {asked}: {len(body) / MB:.2f} MB"
+        if not gets:
+            detail = f"viewer start-up {start_up:.2f} s; {detail}"
+        gets[label] = Measured(seconds, sampler.peak / MB, detail=detail)
     return gets
+
+
+def _http_error(exc: Exception) -> str:
+    """What a failed GET says: for an error page, its status and the viewer's message."""
+    if not isinstance(exc, urllib.error.HTTPError):
+        return str(exc)
+    page = exc.read().decode(errors="replace")
+    message = re.search(r"<p>(.*?)</p>", page, re.DOTALL)
+    return f"{exc.code} {exc.reason}" + (f": {html.unescape(message.group(1)).strip()}" if message else "")
 
 
 def measure(
@@ -360,7 +387,7 @@ def measure(
     command = [posbias_command(), *view.args(store)]
     try:
         if view.name == "view":
-            return run_viewer(command, job=store.job, env=env, cwd=cwd, timeout=timeout, cap_mb=cap_mb)
+            return run_viewer(command, store=store, env=env, cwd=cwd, timeout=timeout, cap_mb=cap_mb)
         measured = run_command(command, env=env, cwd=cwd, timeout=timeout, cap_mb=cap_mb)
         page = cwd / "r.html"
         if view.name == "report" and page.exists():
@@ -563,6 +590,20 @@ def build(targets: Sequence[Target]) -> dict[str, float]:
             )
         target.build.analyze_seconds = time.perf_counter() - started
     return answering
+
+
+def upgrade_kept(url: str) -> str | None:
+    """Bring a kept store to the schema of the code measured, as `posbias db upgrade` would (the code may
+    have moved on since it was built); what was done, or None when it was already there."""
+    from posbias.service.store import migrate
+
+    before = migrate.current(url)
+    started = time.perf_counter()
+    migrate.upgrade(url)
+    after = migrate.current(url)
+    if before == after:
+        return None
+    return f"upgraded from schema {before} to {after} in {time.perf_counter() - started:.1f} s"
 
 
 def middle_trial(url: str, job: int) -> int:
@@ -785,15 +826,14 @@ CELL_WIDTH = 28
 
 
 def rows_of(measured: dict[str, Measured]) -> dict[str, Measured]:
-    """The table's rows from the views' figures: the report's page and the viewer's second GET get rows
-    of their own."""
+    """The table's rows from the views' figures: the report's page and the viewer's later GETs get rows of
+    their own."""
     rows: dict[str, Measured] = {}
     for label, figures in measured.items():
         rows[label] = figures
         if label == "report":
             rows[PAGE_ROW] = figures
-        if label == "view, first GET":
-            rows[SECOND_GET_ROW] = figures.second or figures
+        rows.update(figures.also)
     return rows
 
 
@@ -868,6 +908,9 @@ def print_guard(
     )
     for database in databases:
         recorded = guard.views(database)
+        if not recorded:
+            print(f"   {database}: nothing recorded in benchmarks/README.md ({guard.section}) yet")
+            continue
         for size in sizes:
             for label, figures in rows_of(found.get((database, size), {})).items():
                 then = recorded.get((label, size))
@@ -911,9 +954,11 @@ def print_builds(
             f"the second job {answering.get('other', 0):.1f} s"
         )
     for store, entry in kept:
+        upgrade = entry.get("upgrade")
         print(
             f"  {store.database} {store.size:,}: kept, built {entry.get('built')} at {entry.get('commit')} "
             f"in {entry.get('seconds')} s of its own (jobs {store.job} and {store.other})"
+            + (f"; {upgrade}" if upgrade else "")
         )
 
 
@@ -996,7 +1041,9 @@ def main() -> None:
                 store = stores.built(database, size)
                 if store is not None:
                     ready[database, size] = store
-                    kept.append((store, stores.manifest[f"{database} {size}"]))
+                    entry = stores.manifest[f"{database} {size}"]
+                    entry["upgrade"] = upgrade_kept(store.url)
+                    kept.append((store, entry))
                 else:
                     targets.append(Target(database=database, size=size, url=stores.fresh(database, size)))
         answering: dict[str, float] = {}
@@ -1035,12 +1082,14 @@ def main() -> None:
                     shown = f"{figures.cell()}" + (
                         f", a {figures.page_mb:.1f} MB page" if figures.page_mb else ""
                     )
-                    if figures.second is not None:
-                        shown += f"; again {figures.second.cell()}"
+                    for label, more in figures.also.items():
+                        shown += f"; {label.removeprefix('view, ')} {more.cell()}"
                     print(f"  {database} {size:,} {view.label}: {shown}", flush=True)
-                    for note in (figures.detail, figures.second.detail if figures.second else None):
+                    for label, note in [(view.label, figures.detail)] + [
+                        (label, more.detail) for label, more in figures.also.items()
+                    ]:
                         if note:
-                            details.append(f"  {database} {size:,} {view.label}: {note}")
+                            details.append(f"  {database} {size:,} {label}: {note}")
                 found[database, size] = measured
 
     for database in args.stores:
