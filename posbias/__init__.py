@@ -44,6 +44,8 @@ _HOMES: dict[str, str] = {
     "shards": "posbias.api",
     "submit": "posbias.api",
     "unchecked_overrides": "posbias.api",
+    "diagnose": "posbias.diagnose_api",
+    "write_diagnosis": "posbias.diagnose_api",
     "attention_curves": "posbias.attention_api",
     "attention_explanations": "posbias.attention_api",
     "plot_attention": "posbias.attention_api",

@@ -26,6 +26,8 @@ from posbias.api import unchecked_overrides as unchecked_overrides
 from posbias.attention_api import attention_curves as attention_curves
 from posbias.attention_api import attention_explanations as attention_explanations
 from posbias.attention_api import plot_attention as plot_attention
+from posbias.diagnose_api import diagnose as diagnose
+from posbias.diagnose_api import write_diagnosis as write_diagnosis
 from posbias.frames import plot_format as plot_format
 from posbias.frames import results as results
 from posbias.frames import trial as trial
@@ -87,6 +89,7 @@ __all__ = [
     "compare",
     "curves",
     "dataset_source",
+    "diagnose",
     "dispatch",
     "downgrade_store",
     "dry_run",
@@ -128,4 +131,5 @@ __all__ = [
     "unchecked_overrides",
     "upgrade_store",
     "viewer",
+    "write_diagnosis",
 ]

@@ -348,3 +348,9 @@ def with_prior(probs: Sequence[float], prior: Sequence[float]) -> list[float]:
 def _digest(token_ids: Sequence[int]) -> int:
     data = np.asarray(token_ids, dtype=np.int64).tobytes()
     return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
+
+
+def fake_model_info(spec: FakeSpec, *, model: str) -> ModelInfo:
+    """The config facts a fake model of `spec` reports, as its engine would (`posbias diagnose` plans from
+    them before any job has run)."""
+    return _model_info(spec, model=model, max_model_len=DEFAULT_MAX_MODEL_LEN)

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "curve": "curves",
     "compare": "compare",
     "explain": "explain",
+    "diagnose": "diagnose",
     "export": "export",
     "trial": "trial",
     "report": "report",

@@ -361,6 +361,7 @@ SERVICE_ORDER: dict[str, tuple[str, ...]] = {
     "dispatch": ("store", "stats", "work"),
     "schedules": ("store", "stats", "work"),
     "reports": ("store", "stats", "work", "schedules"),
+    "diagnose": ("store", "stats", "work", "schedules", "reports"),
 }
 SERVICE_ROOT = ("__init__", "settings")
 """The modules left directly in service/: everything else lives in a package."""

@@ -1,0 +1,77 @@
+"""`posbias diagnose` from Python: plan a battery of jobs that separates the suspects behind a model's
+position curve, submit it as a group of ordinary jobs, and read it into one verdict per suspect once its
+jobs are done.
+
+    import posbias
+
+    outcome = posbias.diagnose("google/gemma-2-2b-it", budget=4000)
+    # ... `posbias worker --until-empty` (or the cluster) runs the jobs ...
+    outcome = posbias.diagnose("google/gemma-2-2b-it", budget=4000)   # the same jobs: now the verdicts
+    print(outcome.diagnosis.summary)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from posbias import edge
+from posbias.api import _settings, _store
+from posbias.schemas import EngineName, FakeSpec, PosbiasError
+from posbias.schemas.diagnosis import DiagnoseOutcome, Diagnosis
+from posbias.service.diagnose import DEFAULT_BUDGET, costs, diagnosis_page, model_facts, plan_battery
+from posbias.service.diagnose import diagnose as run_diagnosis
+from posbias.service.settings import Settings
+
+
+@edge.public
+def diagnose(
+    model: str,
+    *,
+    settings: Settings | None = None,
+    budget: int = DEFAULT_BUDGET,
+    dry_run: bool = False,
+    engine: str = EngineName.vllm,
+    fake: FakeSpec | Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> DiagnoseOutcome:
+    """Plan the battery for `model` from its config facts (the store's record of it, else its config on this
+    machine; a fake's own for engine `fake`), within `budget` trials. `dry_run`: plan and cost it (trials,
+    prompt tokens, GPU time at the store's past rate) and submit nothing. Otherwise submit each job under its
+    idempotency key (a second call finds the same jobs) and, when every one is done, read the diagnosis."""
+    model = edge.text(model, what="model")
+    budget = edge.whole(budget, what="budget", low=1, high=10_000_000)
+    engine = edge.text(str(engine), what="engine")
+    if fake is not None and not isinstance(fake, FakeSpec):
+        try:
+            fake = FakeSpec.model_validate(dict(fake))
+        except ValueError as exc:
+            raise PosbiasError(f"invalid fake settings: {exc}") from None
+    if fake is not None and engine != EngineName.fake:
+        raise PosbiasError("fake settings are for engine fake: add --engine fake")
+    settings = _settings(settings)
+    with ExitStack() as stack:
+        try:
+            db = stack.enter_context(_store(settings, read_only=dry_run))
+        except PosbiasError:
+            if not dry_run:
+                raise
+            db = None  # a dry run needs no store: it only has no past rates then
+        facts = model_facts(db, model, engine=engine, fake=fake, settings=settings)
+        battery = plan_battery(facts, engine=engine, budget=budget, fake=fake, seed=seed)
+        if db is None:
+            return DiagnoseOutcome(battery=battery, costs=costs(battery, db=None, settings=settings))
+        return run_diagnosis(db, battery, settings=settings, dry_run=dry_run)
+
+
+@edge.public
+def write_diagnosis(diagnosis: Diagnosis, *, path: str | Path) -> Path:
+    """The diagnosis as a self-contained HTML page at `path`; links point at `posbias view`'s pages."""
+    target = Path(path)
+    try:
+        target.write_text(diagnosis_page(diagnosis))
+    except OSError as exc:
+        raise PosbiasError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return target

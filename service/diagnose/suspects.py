@@ -1,0 +1,376 @@
+"""A diagnosis read from a done battery: for each suspect, what each line of evidence says of it, from the
+analyses posbias already has (`explain` of the behaviour job, `compare` of each variant with the baseline,
+options by position), and whether the lines agree.
+
+Every call rests on a 95% interval in accuracy points: `implicated` when it excludes zero in the direction
+the suspect acts, `ruled out` when it excludes every effect larger than the line's bound, `cannot tell`
+otherwise (with what would settle it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from posbias.schemas import BASELINE, CurveQuery, Interval
+from posbias.schemas.diagnosis import (
+    Battery,
+    Call,
+    Diagnosis,
+    Finding,
+    Line,
+    Suspect,
+    SuspectVerdict,
+)
+from posbias.schemas.explanation import Effect, Explanation
+from posbias.service.reports import curves
+from posbias.service.store import Database
+
+BEHAVIOUR_BOUND = 10.0
+"""Points: explain's own bound for `no effect larger than +/-X` (docs/designs.md)."""
+INTERVENTION_BOUND = 5.0
+"""Points: a variant that moves the whole prompt's accuracy by less than this changes nothing that matters."""
+MORE = "more iterations (a larger --budget) would narrow it"
+
+
+def read_diagnosis(db: Database, battery: Battery, job_ids: Mapping[str, int]) -> Diagnosis:
+    """The verdicts of `battery`, whose jobs (`job_ids`, by key) are done."""
+    n = battery.batch_size
+    by_line = {job.line: job for job in battery.jobs}
+    behaviour = job_ids[by_line[Line.behaviour].key]
+    (explanation,) = curves.explain(db, [behaviour], batch_size=n)
+    (options,) = curves.options(db, [behaviour], batch_size=n)
+    collapse = [r for r in options.readings if "collapse" in r]
+    window = battery.facts.sliding_window if battery.facts.sliding_window_layers else None
+    effects = {e.name: e for e in explanation.effects}
+    behaviour_ids = (behaviour,)
+
+    found: dict[Suspect, list[Finding]] = {
+        Suspect.window: [_window_behaviour(explanation, window=window, job_ids=behaviour_ids)],
+        Suspect.rope: [_rope_behaviour(explanation, effects.get("token distance"), job_ids=behaviour_ids)],
+        Suspect.slot: [_effect_finding(effects.get("answer slot"), job_ids=behaviour_ids)],
+        Suspect.position: [_effect_finding(effects.get("position"), job_ids=behaviour_ids)],
+        Suspect.collapse: [
+            Finding(
+                line=Line.behaviour,
+                call=Call.implicated if collapse else Call.ruled_out,
+                measure="options by position",
+                reason="; ".join(collapse)
+                if collapse
+                else "no position's answers collapse onto one option"
+                + (f" ({'; '.join(options.readings)})" if options.readings else ""),
+                job_ids=behaviour_ids,
+            )
+        ],
+    }
+
+    intervention = by_line.get(Line.intervention)
+    variants = intervention.spec.names[1:] if intervention is not None else ()
+    compared = {
+        name: curves.compare(
+            db,
+            CurveQuery(job_id=job_ids[intervention.key], variant=BASELINE),
+            CurveQuery(job_id=job_ids[intervention.key], variant=name),
+            batch_size=n,
+        )
+        for name in variants
+        if intervention is not None
+    }
+    whole = {name: _whole_prompt(c.blocks, n) for name, c in compared.items()}
+    ids = (job_ids[intervention.key],) if intervention is not None else ()
+    window_variants = [v for v in variants if v == "global-only"]
+    rope_variants = [(v, +1) for v in variants if v.startswith("rope-base")]
+    rope_variants += [(v, -1) for v in variants if v.startswith("gap-")]
+    found[Suspect.window].append(
+        _intervention([(v, +1) for v in window_variants], whole, job_ids=ids, what="every layer global")
+    )
+    found[Suspect.rope].append(_intervention(rope_variants, whole, job_ids=ids, what="a RoPE change"))
+    for suspect in (Suspect.slot, Suspect.position, Suspect.collapse):
+        found[suspect].append(
+            Finding(
+                line=Line.intervention,
+                call=Call.not_tested,
+                measure="variants",
+                reason="no change of the architecture acts on it alone; the behaviour job's design does",
+            )
+        )
+
+    mechanism = [job for job in battery.jobs if job.line is Line.mechanism]
+    for suspect, findings in found.items():
+        findings.append(_mechanism(suspect, [job_ids[j.key] for j in mechanism]))
+
+    verdicts = []
+    for suspect, findings in found.items():
+        if suspect is Suspect.window and window is None:
+            verdicts.append(
+                SuspectVerdict(
+                    suspect=suspect,
+                    call=Call.ruled_out,
+                    agreement="the config: no layer slides",
+                    findings=tuple(findings),
+                )
+            )
+        else:
+            verdicts.append(_together(suspect, findings))
+    implicated = [v.suspect.value for v in verdicts if v.call is Call.implicated]
+    ruled = [v.suspect.value for v in verdicts if v.call is Call.ruled_out]
+    summary = (
+        (f"implicated: {', '.join(implicated)}" if implicated else "no suspect implicated")
+        + (f"; ruled out: {', '.join(ruled)}" if ruled else "")
+        + "."
+    )
+    return Diagnosis(
+        model=battery.model,
+        batch_size=n,
+        job_ids=tuple(job_ids[j.key] for j in battery.jobs),
+        suspects=tuple(verdicts),
+        summary=summary,
+    )
+
+
+def _points(interval: Interval | None, scale: float = 100.0) -> Interval | None:
+    if interval is None or interval.estimate is None:
+        return None
+    low = None if interval.low is None else interval.low * scale
+    high = None if interval.high is None else interval.high * scale
+    return Interval(estimate=interval.estimate * scale, low=low, high=high)
+
+
+def _call(effect: Interval | None, *, bound: float, sign: int) -> tuple[Call, float | None]:
+    """Implicated when the interval excludes zero on the suspect's side (`sign`: +1 up, -1 down, 0
+    either); ruled out when it lies within +/-`bound`; else cannot tell (with the widest effect it allows)."""
+    if effect is None or effect.low is None or effect.high is None:
+        return Call.cannot_tell, None
+    widest = max(abs(effect.low), abs(effect.high))
+    if (sign >= 0 and effect.low > 0) or (sign <= 0 and effect.high < 0):
+        return Call.implicated, None
+    if widest <= bound:
+        return Call.ruled_out, widest
+    return Call.cannot_tell, widest
+
+
+def _window_behaviour(explanation: Explanation, *, window: int | None, job_ids: tuple[int, ...]) -> Finding:
+    measure = "step at the window (explain)"
+    step = explanation.window
+    if window is None or step is None:
+        return Finding(
+            line=Line.behaviour,
+            call=Call.not_tested,
+            measure=measure,
+            reason="the model has no sliding window",
+            job_ids=job_ids,
+        )
+    if not step.tested:
+        return Finding(
+            line=Line.behaviour,
+            call=Call.cannot_tell,
+            measure=measure,
+            reason=step.note or "the answers' distances do not straddle the window: add filler",
+            job_ids=job_ids,
+        )
+    jump = _points(step.jump)
+    if step.found and step.direction == "down":
+        where = (
+            f", placed after {step.break_low:,} and by {step.break_high:,} tokens"
+            if step.break_low is not None and step.break_high is not None
+            else ""
+        )
+        return Finding(
+            line=Line.behaviour,
+            call=Call.implicated,
+            measure=measure,
+            effect=jump,
+            reason=f"a step down at the {window:,}-token window (p = {step.p:.2g}){where}",
+            job_ids=job_ids,
+        )
+    call, widest = _call(jump, bound=BEHAVIOUR_BOUND, sign=0)
+    if call is Call.implicated:  # an interval that excludes zero the joint test did not confirm
+        call = Call.cannot_tell
+    return Finding(
+        line=Line.behaviour,
+        call=call,
+        measure=measure,
+        effect=jump,
+        bound=widest if call is Call.ruled_out else None,
+        reason=f"no step at the window larger than +/-{widest:.1f} points"
+        if call is Call.ruled_out
+        else f"steps up to +/-{widest or 0:.1f} points fit the data: {MORE}",
+        job_ids=job_ids,
+    )
+
+
+def _rope_behaviour(explanation: Explanation, effect: Effect | None, *, job_ids: tuple[int, ...]) -> Finding:
+    """The smooth part of the distance effect, per 1,000 tokens (the step at the window is the window's)."""
+    measure = "smooth decay with token distance, per 1,000 tokens (explain)"
+    if effect is None or effect.status != "estimated" or not effect.separable:
+        why = (effect.note or effect.reading) if effect is not None else "not fitted"
+        return Finding(
+            line=Line.behaviour,
+            call=Call.cannot_tell,
+            measure=measure,
+            reason=f"token distance: {why}",
+            job_ids=job_ids,
+        )
+    change = _points(effect.effect)
+    call, widest = _call(change, bound=BEHAVIOUR_BOUND, sign=-1)
+    if call is Call.implicated and not effect.distinguishable:
+        call = Call.cannot_tell
+    if call is Call.cannot_tell and change is not None and change.low is not None and change.low > 0:
+        reason = "accuracy rises with distance: not what a decay does"
+    elif call is Call.implicated:
+        reason = f"accuracy falls with distance (joint test p = {effect.p:.2g})"
+    elif call is Call.ruled_out:
+        reason = f"no smooth change larger than +/-{widest:.1f} points per 1,000 tokens"
+    else:
+        reason = f"changes up to +/-{widest or 0:.1f} points per 1,000 tokens fit the data: {MORE}"
+    return Finding(
+        line=Line.behaviour,
+        call=call,
+        measure=measure,
+        effect=change,
+        bound=widest if call is Call.ruled_out else None,
+        reason=reason,
+        job_ids=job_ids,
+    )
+
+
+def _effect_finding(effect: Effect | None, *, job_ids: tuple[int, ...]) -> Finding:
+    """Position or answer slot: its fitted first-to-last change."""
+    name = effect.name if effect is not None else "cause"
+    measure = f"{name}, first to last (explain)"
+    if effect is None or effect.status != "estimated" or not effect.separable:
+        why = (effect.note or effect.reading) if effect is not None else "not fitted"
+        return Finding(
+            line=Line.behaviour, call=Call.cannot_tell, measure=measure, reason=why, job_ids=job_ids
+        )
+    change = _points(effect.effect)
+    call, widest = _call(change, bound=BEHAVIOUR_BOUND, sign=0)
+    if call is Call.implicated and not effect.distinguishable:
+        call = Call.cannot_tell  # the joint test, Holm-adjusted, decides what moves the curve
+    if call is Call.cannot_tell and effect.distinguishable:
+        call = Call.implicated
+    reason = {
+        Call.implicated: f"moves the curve (joint test of {effect.terms} terms, p = {effect.p or 0:.2g})",
+        Call.ruled_out: f"no effect larger than +/-{widest or 0:.1f} points",
+        Call.cannot_tell: f"effects up to +/-{widest or 0:.1f} points fit the data: {MORE}",
+    }[call]
+    return Finding(
+        line=Line.behaviour,
+        call=call,
+        measure=measure,
+        effect=change,
+        bound=widest if call is Call.ruled_out else None,
+        reason=reason,
+        job_ids=job_ids,
+    )
+
+
+def _whole_prompt(blocks: Sequence[object], n: int) -> Interval | None:
+    """The difference over every position (the block 1..N), in points, with the family's band."""
+    for block in blocks:
+        first, last = getattr(block, "first_position", None), getattr(block, "last_position", None)
+        if first == 1 and last == n and getattr(block, "diff", None) is not None:
+            return _points(
+                Interval(
+                    estimate=getattr(block, "diff", None),
+                    low=getattr(block, "band_low", None),
+                    high=getattr(block, "band_high", None),
+                )
+            )
+    return None
+
+
+def _intervention(
+    variants: Sequence[tuple[str, int]],
+    whole: Mapping[str, Interval | None],
+    *,
+    job_ids: tuple[int, ...],
+    what: str,
+) -> Finding:
+    """Each variant's change of the whole prompt's accuracy against the baseline (paired): implicated when
+    one moves it the way the suspect predicts (+1 up, -1 down), ruled out when none moves it beyond the
+    bound."""
+    if not variants:
+        return Finding(
+            line=Line.intervention,
+            call=Call.not_tested,
+            measure="variants",
+            reason=f"the config allows no variant that makes {what}",
+            job_ids=job_ids,
+        )
+    calls = []
+    for name, sign in variants:
+        call, widest = _call(whole.get(name), bound=INTERVENTION_BOUND, sign=sign)
+        calls.append((name, call, widest, whole.get(name)))
+    hit = [c for c in calls if c[1] is Call.implicated]
+    if hit:
+        name, _, _, effect = hit[0]
+        return Finding(
+            line=Line.intervention,
+            call=Call.implicated,
+            measure=f"{name} minus baseline, whole prompt (compare, paired)",
+            effect=effect,
+            reason=f"{name} moves accuracy as the suspect predicts (the family's 95% band excludes 0)",
+            job_ids=job_ids,
+            variant=name,
+        )
+    name, call, widest, effect = max(calls, key=lambda c: c[2] or 0.0)
+    if all(c[1] is Call.ruled_out for c in calls):
+        return Finding(
+            line=Line.intervention,
+            call=Call.ruled_out,
+            measure=f"{', '.join(n for n, *_ in calls)} minus baseline, whole prompt (compare, paired)",
+            effect=effect,
+            bound=widest,
+            reason=f"no variant changes accuracy by more than +/-{widest or 0:.1f} points",
+            job_ids=job_ids,
+            variant=name,
+        )
+    return Finding(
+        line=Line.intervention,
+        call=Call.cannot_tell,
+        measure=f"{name} minus baseline, whole prompt (compare, paired)",
+        effect=effect,
+        reason=f"changes up to +/-{widest or 0:.1f} points fit the data, or one against the suspect's "
+        f"direction: {MORE}",
+        job_ids=job_ids,
+        variant=name,
+    )
+
+
+def _mechanism(suspect: Suspect, job_ids: Sequence[int]) -> Finding:
+    if not job_ids:
+        return Finding(
+            line=Line.mechanism,
+            call=Call.not_tested,
+            measure="attention by layer kind",
+            reason="no hf job in the battery (the fake engine records no attention, or the model is too big)",
+        )
+    listed = ", ".join(map(str, job_ids))
+    return Finding(
+        line=Line.mechanism,
+        call=Call.cannot_tell,
+        measure="attention by layer kind (hf)",
+        reason=f"read `posbias explain {listed}` (its attention section); attention is not yet weighed "
+        f"into a verdict of the {suspect.value}",
+        job_ids=tuple(job_ids),
+    )
+
+
+def _together(suspect: Suspect, findings: Sequence[Finding]) -> SuspectVerdict:
+    decided = [f for f in findings if f.call in (Call.implicated, Call.ruled_out)]
+    calls = {f.call for f in decided}
+    if not decided:
+        return SuspectVerdict(
+            suspect=suspect, call=Call.cannot_tell, agreement="no line decides", findings=tuple(findings)
+        )
+    lines = ", ".join(f"{f.line.value} {f.call.value}" for f in decided)
+    if len(calls) == 1:
+        (call,) = calls
+        agree = f"{len(decided)} line{'s agree' if len(decided) > 1 else ' decides'}: {lines}"
+        return SuspectVerdict(suspect=suspect, call=call, agreement=agree, findings=tuple(findings))
+    return SuspectVerdict(
+        suspect=suspect,
+        call=Call.cannot_tell,
+        agreement=f"the lines disagree: {lines}",
+        findings=tuple(findings),
+    )
