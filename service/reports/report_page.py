@@ -51,7 +51,9 @@ def sample_note(data: dict[str, Any]) -> str:
     if not samples:
         return ""
     said = "; ".join(
-        f"job {job_id}: all {s['total']:,} trials shown"
+        f"job {job_id}: no answered trials yet"
+        if not s["total"]
+        else f"job {job_id}: all {s['total']:,} trials shown"
         if s["shown"] == s["total"]
         else f"job {job_id}: {s['shown']:,} of {s['total']:,} trials shown"
         for job_id, s in samples
