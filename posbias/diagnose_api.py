@@ -63,7 +63,8 @@ def diagnose(
         battery = plan_battery(facts, engine=engine, budget=budget, fake=fake, seed=seed)
         if db is None:
             return DiagnoseOutcome(battery=battery, costs=costs(battery, db=None, settings=settings))
-        return run_diagnosis(db, battery, settings=settings, dry_run=dry_run)
+        outcome: DiagnoseOutcome = run_diagnosis(db, battery, settings=settings, dry_run=dry_run)
+        return outcome
 
 
 @edge.public
