@@ -16,7 +16,15 @@
 #     error names the engine core's root cause, not vLLM's "See root cause above";
 #   - the time for GPU memory to be free again after an engine is released.
 #
-# It prints one table and exits non-zero when a check fails. `--dry-run` builds the models and prints the
+# Then its hf part (scripts/gpu_check_hf.py), which needs only torch, transformers and posbias (no Ray, no
+# vLLM): the hf engine in this process on CUDA with tiny Gemma 2 and Gemma 3, its option probabilities and
+# attention masses against the CPU's (float32 within 1e-4, bfloat16 within 2e-2), its GPU memory handed back
+# on close, and the answer-rows attention against transformers' eager attention at 8k and 32k tokens (time
+# and peak memory). On a bare GPU machine run that part alone:
+#
+#     scripts/gpu-check.sh hf                   # --device cpu --tokens 1024,2048 ...: the tests run it so
+#
+# It prints its tables and exits non-zero when a check fails. `--dry-run` builds the models and prints the
 # jobs it would run, without Ray or a GPU (the deploy tests run that on a CPU). It has not run on a GPU in
 # the machines posbias is built on.
 set -euo pipefail
@@ -34,7 +42,15 @@ export POSBIAS_DEVICE="${POSBIAS_DEVICE:-gpu}"
 export POSBIAS_PLACEMENT_TIMEOUT_SECONDS=300
 export GPU_CHECK_REPO="$repo" GPU_CHECK_WORK="$work"
 
-python3 - "$@" <<'PYTHON'
+hf_only=0
+if [[ "${1:-}" == hf ]]; then
+    hf_only=1
+    shift
+fi
+status=0
+
+if (( hf_only == 0 )); then
+python3 - "$@" <<'PYTHON' || status=$?
 import json
 import sys
 import time
@@ -141,3 +157,13 @@ for name, result, detail in rows:
     print(f"{name:<{width}}  {result:<6}  {detail}")
 sys.exit(0 if all(result == "ok" for _, result, _ in rows) else 1)
 PYTHON
+fi
+
+if (( hf_only )); then
+    python3 "$repo/scripts/gpu_check_hf.py" --work "$work/hf" "$@" || status=$?
+elif [[ " $* " == *" --dry-run "* ]]; then
+    echo "would run the hf part: scripts/gpu-check.sh hf (the hf engine on CUDA; torch and transformers only)"
+else
+    python3 "$repo/scripts/gpu_check_hf.py" --work "$work/hf" || status=$?
+fi
+exit "$status"
