@@ -234,7 +234,14 @@ class Comparison(Record):
         (),
         description="Accuracy difference over blocks of positions (a tenth, a fifth, a half of the prompt, "
         "all of it), in one family with the positions: `different` where the family's simultaneous band "
-        "excludes zero (the schedule verdict's family; a drop spread over several positions shows here).",
+        "excludes zero (the schedule verdict's family; a drop spread over several positions shows here). "
+        "Blocks of each width at every start.",
+    )
+    located: BlockDiff | None = Field(
+        None,
+        description="Of the positions and blocks marked different, the one that best fits the difference: "
+        "the largest difference in bootstrap standard errors (a uniform change is best fitted by the whole "
+        "curve, a change at some positions by the block nearest them). None when nothing is marked.",
     )
     parse: tuple[BlockDiff, ...] = Field(
         (),

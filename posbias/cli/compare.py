@@ -13,7 +13,7 @@ from posbias.schemas.ids import looks_like_id, parse_id
 from posbias.schemas.limits import MAX_BATCH_SIZE
 
 if TYPE_CHECKING:
-    from posbias.schemas import Comparison
+    from posbias.schemas import BlockDiff, Comparison
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +44,8 @@ def compare(
 ) -> None:
     """Difference in accuracy (B - A, among parsed answers) at every position: pointwise 95% interval,
     simultaneous 95% band, and `*` only where the band excludes zero; then blocks of positions (a tenth, a
-    fifth, a half, all) in the same band's family, and the parse rate's changes. Trials of A and B that show
+    fifth, a half, all, at every start) in the same band's family, the one that best fits the difference,
+    and the parse rate's changes. Trials of A and B that show
     the same questions at the same positions are compared paired (with McNemar's exact test per position,
     Holm-adjusted over positions); the output says how many matched. Two variants of one job answer the
     same trials, so they pair fully.
@@ -56,6 +57,12 @@ def compare(
         print_json(comparison.model_dump(mode="json"))
     else:
         _print_comparison(comparison)
+
+
+def _tiles(d: BlockDiff) -> bool:
+    """Whether a block is one of the non-overlapping blocks of its width (those starting at a multiple of
+    it)."""
+    return (d.first_position - 1) % (d.last_position - d.first_position + 1) == 0
 
 
 def _print_comparison(c: Comparison) -> None:
@@ -90,11 +97,17 @@ def _print_comparison(c: Comparison) -> None:
         + ("; McNemar p adjusted over positions (Holm), not used for *" if paired else "")
     )
     if c.blocks:
-        blocks = Table(title="blocks of positions (accuracy, same band) and parse rate (its own band)")
+        # Every start of every width is in the family; the table keeps to the non-overlapping blocks of each
+        # width and the best fit (--json has them all).
+        shown = [d for d in c.blocks if _tiles(d) or d == c.located]
+        blocks = Table(
+            title="blocks of positions (accuracy, same band) and parse rate (its own band): the "
+            "non-overlapping ones of each width"
+        )
         for column in ["positions", "accuracy B - A", "95% band", "", "parse rate B - A", "95% band", ""]:
             blocks.add_column(column, justify="right")
         parse = {(d.first_position, d.last_position): d for d in c.parse}
-        for d in c.blocks:
+        for d in shown:
             q = parse.get((d.first_position, d.last_position))
             blocks.add_row(
                 f"{d.first_position}-{d.last_position}",
@@ -106,6 +119,16 @@ def _print_comparison(c: Comparison) -> None:
                 "*" if q and q.different else "",
             )
         out.print(blocks)
+        others = sum(d.different for d in c.blocks if d not in shown)
+        if others:
+            out.print(f"{others} more blocks (other starts) marked different: --json lists every block")
+    if c.located is not None:
+        d = c.located
+        where = "the whole curve" if (d.first_position, d.last_position) == (1, c.batch_size) else d.where
+        out.print(
+            f"best fit of the difference (of the positions and blocks marked): {where}: {pct(d.a)} -> "
+            f"{pct(d.b)} ({pp(d.diff)}, band {pp(d.band_low)} to {pp(d.band_high)})"
+        )
     changed = [d for d in c.parse if d.different and d.first_position == d.last_position]
     if changed:
         worst = min(changed, key=lambda d: d.diff or 0.0)

@@ -67,12 +67,22 @@ class Resampled:
 
     def counts(self, columns: Sequence[Sequence[int]] | None = None) -> tuple[Floats, Floats]:
         """The data's parsed answers and answers (row 0): per position, or per group of `columns`."""
-        return self._grouped(self.parsed, columns)[0], self._grouped(self.answered, columns)[0]
+        return self._grouped(self.parsed[:1], columns)[0], self._grouped(self.answered[:1], columns)[0]
 
     @staticmethod
     def _grouped(values: Floats, columns: Sequence[Sequence[int]] | None) -> Floats:
         if columns is None:
             return values
+        ranges = [group for group in columns if isinstance(group, range) and group.step == 1]
+        if len(ranges) == len(columns):
+            # Blocks of consecutive positions (a comparison's family: every start of every width) from
+            # running sums, a subtraction per block: summing each block's columns cost seconds at N = 200.
+            # The sums are of whole counts, so the differences are exact.
+            running = np.zeros((values.shape[0], values.shape[1] + 1))
+            np.cumsum(values, axis=1, out=running[:, 1:])
+            starts = [group.start for group in ranges]
+            stops = [group.stop for group in ranges]
+            return running[:, stops] - running[:, starts]
         return np.column_stack([values[:, list(group)].sum(axis=1) for group in columns])
 
 

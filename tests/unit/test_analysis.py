@@ -290,12 +290,16 @@ def test_a_comparison_needs_one_batch_size() -> None:
         comparison.compare(a, b, labels=("a", "b"))
 
 
-def test_verdict_blocks_cover_positions_and_fractions_of_the_prompt() -> None:
+def test_verdict_blocks_cover_positions_and_fractions_of_the_prompt_at_every_start() -> None:
     family = verdicts.blocks(50)
     assert family[:50] == [(p, p + 1) for p in range(50)]
     assert (0, 10) in family and (40, 50) in family and (0, 25) in family and (0, 50) in family
-    assert len(family) == len(set(family)) == 50 + 10 + 5 + 2 + 1
+    assert (3, 8) in family and (17, 27) in family and (12, 37) in family
+    assert len(family) == len(set(family)) == 50 + 46 + 41 + 26 + 1
+    # N = 16: widths 2, 3, 8 and 16, each at every start; a drop at positions 5-8 lies inside 5-7 and 6-8.
+    assert len(verdicts.blocks(16)) == 16 + 15 + 14 + 9 + 1 and {(4, 7), (5, 8)} <= set(verdicts.blocks(16))
     assert verdicts.blocks(1) == [(0, 1)]
+    assert verdicts.blocks(2) == [(0, 1), (1, 2), (0, 2)]
 
 
 def test_a_verdict_catches_a_drop_over_a_block_that_no_position_shows() -> None:
