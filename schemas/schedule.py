@@ -186,7 +186,9 @@ class BatchSizeVerdict(Record):
     method: str = Field("unpaired", description="`paired`, `partly paired` or `unpaired` (see Comparison).")
     matched_trials: int = Field(0, description="Baseline trials with a match in the candidate.")
     worst_drop: PositionDrop | None = Field(
-        description="The largest flagged drop, else the place where the data allow the largest drop."
+        description="The flagged drop that best fits the change (the whole curve for a uniform drop, else "
+        "the flagged position or block with the largest drop in standard errors), else the place where the "
+        "data allow the largest drop."
     )
     drop_flagged: bool = Field(description="Some position or block fired the `max_drop` check.")
     shift: ShiftChange | None = Field(

@@ -9,9 +9,10 @@ a schedule's checkpoints share), unpaired for the rest. Three checks, each asked
 question is one-sided:
 
 - drop: accuracy (among parsed answers) at every position and over blocks of positions (a tenth, a fifth,
-  a half of the prompt, and all of it): a regression where the change is below `-max_drop` and its
-  simultaneous one-sided upper bound (max-t over the whole family) is below zero. The blocks give power for
-  drops that span several positions, which no single position has the answers to show.
+  a half of the prompt, and all of it, at every start): a regression where the change is below `-max_drop`
+  and its simultaneous one-sided upper bound (max-t over the whole family) is below zero. The blocks give
+  power for drops that span several positions, which no single position has the answers to show; the
+  reason cites the flagged member that best fits the drop (the whole curve for a uniform drop).
 - shift: the last-minus-first contrast's change, either direction, beyond `max_shift` with its interval
   excluding zero (symmetric: recency and primacy alike).
 - parse: the parse rate, as the drop check, beyond `max_parse_drop`, over every position with at least
@@ -236,16 +237,19 @@ def _one_sided(
     alpha: float,
     df: int,
 ) -> tuple[PositionDrop | None, bool]:
-    """The family's changes with simultaneous one-sided bounds (`diff_band`: inside +-1); the worst flagged
-    drop (or, when none is flagged, the place where the data allow the largest drop) and whether any was
-    flagged."""
+    """The family's changes with simultaneous one-sided bounds (`diff_band`: inside +-1); of the flagged
+    drops the one that best fits the change (`comparison.best_fit`: a uniform drop is the whole curve's, a
+    local one its block's, not the position whose noise dropped most), else the place where the data allow
+    the largest drop; and whether any was flagged."""
     diff = cand - base
-    upper = diff_band(base, cand, counts=counts, level=1 - alpha, one_sided="upper", df=df).high
+    band = diff_band(base, cand, counts=counts, level=1 - alpha, one_sided="upper", df=df)
+    upper = band.high
     lower = -diff_band(cand, base, counts=counts[::-1], level=1 - alpha, one_sided="upper", df=df).high
-    drops = []
+    drops: list[PositionDrop | None] = []
     for k, positions in enumerate(family):
         d = float(diff[0, k])
         if not np.isfinite(d):
+            drops.append(None)
             continue
         flagged = limit is not None and -d > limit / 100 and upper[k] < 0
         drops.append(
@@ -260,11 +264,14 @@ def _one_sided(
                 flagged=bool(flagged),
             )
         )
-    if not drops:
+    known = [d for d in drops if d is not None]
+    if not known:
         return None, False
-    flagged = [d for d in drops if d.flagged]
-    worst = min(flagged, key=lambda d: d.diff) if flagged else min(drops, key=lambda d: d.lower)
-    return worst, bool(flagged)
+    flagged = [d is not None and d.flagged for d in drops]
+    fits = comparison.best_fit(diff, family, flagged, se=band.se, sign=-1, df=df)
+    if fits is not None:
+        return drops[fits], True
+    return min(known, key=lambda d: d.lower), False
 
 
 def _shift(base: Floats, cand: Floats, *, limit: float, alpha: float, df: int) -> ShiftChange:
@@ -287,7 +294,7 @@ def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> t
         if v.drop_flagged and v.worst_drop is not None:
             d = v.worst_drop
             fired.append(
-                f"{at} {d.where}: accuracy {_points(d.diff)} (at most {_points(d.upper)}, "
+                f"{at} {_where(d, v.batch_size)}: accuracy {_points(d.diff)} (at most {_points(d.upper)}, "
                 f"simultaneous bound), limit -{rule.max_drop:g} points"
             )
         if v.shift is not None and v.shift.flagged:
@@ -301,7 +308,7 @@ def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> t
         if v.parse_flagged and v.parse_drop is not None:
             d = v.parse_drop
             fired.append(
-                f"{at} {d.where}: parse rate {_points(d.diff)} (at most {_points(d.upper)}), "
+                f"{at} {_where(d, v.batch_size)}: parse rate {_points(d.diff)} (at most {_points(d.upper)}), "
                 f"limit -{rule.max_parse_drop:g} points"
             )
     if fired:
@@ -328,10 +335,19 @@ def _overall(verdicts: Sequence[BatchSizeVerdict], *, rule: RegressionRule) -> t
     return (
         Verdict.passed,
         f"within the rule: no drop established; the data allow a drop of at most {allowed} at "
-        f"N={worst.batch_size}{'' if worst.variant == BASELINE else ' ' + worst.variant} {drop.where} "
+        f"N={worst.batch_size}{'' if worst.variant == BASELINE else ' ' + worst.variant} "
+        f"{_where(drop, worst.batch_size)} "
         f"(simultaneous bound; estimate {_points(drop.diff)})"
         + (f"; could not judge: {'; '.join(unjudged)}" if unjudged else ""),
     )
+
+
+def _where(drop: PositionDrop, batch_size: int) -> str:
+    """Where a drop is, for a reason: `position 7`, `positions 1-10`, or `the whole curve (positions 1-50)`
+    (what a uniform drop is best fitted by)."""
+    if batch_size > 1 and (drop.first_position, drop.last_position) == (1, batch_size):
+        return f"the whole curve ({drop.where})"
+    return drop.where
 
 
 def _points(value: float | None, *, signed: bool = True) -> str:

@@ -6,6 +6,7 @@ one-line error that changes nothing."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -92,7 +93,9 @@ def test_a_schedule_from_add_to_remove(cli: Posbias, tmp_path: Path, webhook: Si
 
     table = posbias("schedule", "report", "nightly").stdout
     assert "checkpoint-1000" in table and "baseline" in table and "regression" in table
-    assert "checkpoint-2000: N=5 position 1" in table  # the reason behind the regression
+    # The reason behind the regression: the drop (35 points at position 1, tapering to none at 5) cited where
+    # it fits best, position 1 or a block from it.
+    assert re.search(r"checkpoint-2000: N=5 positions? 1\b", table), table
     report = posbias("schedule", "report", "nightly", "--json").json()
     assert report["batch_size"] == 5
     rows = {r["checkpoint"]: r for r in report["checkpoints"]}

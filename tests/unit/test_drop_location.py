@@ -1,12 +1,18 @@
-"""Where a difference is said to be: compare's best-fitting member (`Comparison.located`), on simulated
-checkpoints of one model with a known drop (the fake engine's rule, question and prompt effects, the same
-trials on both sides, as a schedule's checkpoints have)."""
+"""Where a difference is said to be: compare's best-fitting member (`Comparison.located`) and the member a
+verdict's reason cites, on simulated checkpoints of one model with a known drop (the fake engine's rule,
+question and prompt effects, the same trials on both sides, as a schedule's checkpoints have)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
+from posbias.schemas import BASELINE
+from posbias.schemas.schedule import RegressionRule, Verdict
+from posbias.service.schedules import verdicts
 from posbias.service.stats import comparison
 from posbias.service.stats.trial_data import TrialData
 from posbias.workers.fake_engine import latent_correct
@@ -60,3 +66,42 @@ def test_compare_reports_a_uniform_drop_as_the_whole_curve_and_nothing_where_not
     same, other = _checkpoints(20, drop=0.0, at=slice(None), seed=4)
     unchanged = comparison.compare(same, other, labels=("baseline", "candidate"), seed=4)
     assert unchanged.located is None or unchanged.located.different
+
+
+def _outcome(monkeypatch: pytest.MonkeyPatch, base: TrialData, cand: TrialData) -> verdicts.Outcome:
+    """`verdicts.compare_jobs` on two simulated jobs (1: the baseline, 2: the candidate), as the scheduler
+    calls it, with the store's reads answered from memory."""
+    data = {1: base, 2: cand}
+    store = SimpleNamespace(
+        variants_of=lambda db, *, job_ids: [BASELINE],
+        batch_sizes=lambda db, *, job_ids, variant: [data[job_ids[0]].batch_size],
+        trial_data=lambda db, *, job_ids, batch_size, variant: data[job_ids[0]],
+    )
+    monkeypatch.setattr(verdicts, "queries", store)
+    db: Any = None
+    return verdicts.compare_jobs(db, baseline_job=1, candidate_job=2, rule=RegressionRule(max_drop=5))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_uniform_drop_is_a_regression_of_the_whole_curve_not_of_its_most_extreme_position(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    base, cand = _checkpoints(20, drop=0.08, at=slice(None), seed=seed)
+    outcome = _outcome(monkeypatch, base, cand)
+    assert outcome.verdict is Verdict.regression, outcome.reason
+    assert outcome.reason.startswith("N=20 the whole curve (positions 1-20): accuracy -"), outcome.reason
+    drop = outcome.batch_sizes[0].worst_drop
+    assert drop is not None and drop.flagged and (drop.first_position, drop.last_position) == (1, 20)
+    # Some single position dropped further than the whole curve did; it is not what the reason cites.
+    per_position = cand.correct.mean(axis=0) - base.correct.mean(axis=0)
+    assert per_position.min() < drop.diff - 0.05
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_local_drop_is_a_regression_of_its_block(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A 15-point drop at positions 11-20 of 50 (blocks of 5, 10, 25 and 50 at every start)."""
+    base, cand = _checkpoints(50, drop=0.15, at=slice(10, 20), seed=seed)
+    outcome = _outcome(monkeypatch, base, cand)
+    assert outcome.verdict is Verdict.regression, outcome.reason
+    assert outcome.reason.startswith("N=50 positions 11-20: accuracy -"), outcome.reason
+    assert "whole curve" not in outcome.reason
