@@ -22,8 +22,8 @@ class EngineName(StrEnum):
     openai = "openai"
     """An OpenAI-compatible endpoint: `vllm serve`, SGLang, llama.cpp's server, a hosted API."""
     hf = "hf"
-    """Hugging Face transformers with eager attention: teacher-forced scoring that records where each
-    answer line's attention goes (`workers/hf_engine.py`)."""
+    """Hugging Face transformers: teacher-forced scoring that records where each answer line's attention
+    goes, from the answer rows (`workers/hf_engine.py`)."""
 
 
 class EndpointApi(StrEnum):

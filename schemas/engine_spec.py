@@ -48,7 +48,7 @@ class EngineOptions(Record):
         EngineName.vllm,
         union_mode="left_to_right",
         description="`vllm` (GPU or CPU build), `openai` (an OpenAI-compatible endpoint), `hf` "
-        "(transformers, eager attention, teacher-forced, records attention), `fake` (tests), or the name of "
+        "(transformers, teacher-forced, records attention), `fake` (tests), or the name of "
         "a plug-in engine (checked at submit against the engines the workers know).",
     )
     tensor_parallel_size: Int = Field(
