@@ -156,7 +156,8 @@ def _position_curves(
 ) -> list[Curve]:
     found = []
     for n in sizes:
-        data = queries.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant)
+        placement = by is CurveAxis.answer_slot  # slots and distances only for the slot axis
+        data = queries.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant, placement=placement)
         if by is CurveAxis.filler_length:
             found.append(
                 position_curve.filler_curve(data, model=model, revision=revision, resamples=resamples)
@@ -284,8 +285,8 @@ def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> C
     variant_a = variant_of(db, a, job_ids=jobs_a, batch_size=batch_size)
     variant_b = variant_of(db, b, job_ids=jobs_b, batch_size=batch_size)
     return comparison.compare(
-        queries.trial_data(db, job_ids=jobs_a, batch_size=batch_size, variant=variant_a),
-        queries.trial_data(db, job_ids=jobs_b, batch_size=batch_size, variant=variant_b),
+        queries.trial_data(db, job_ids=jobs_a, batch_size=batch_size, variant=variant_a, placement=False),
+        queries.trial_data(db, job_ids=jobs_b, batch_size=batch_size, variant=variant_b, placement=False),
         labels=(label(a, variant=variant_a), label(b, variant=variant_b)),
     )
 

@@ -93,37 +93,40 @@ def load(db: Database, *, job_ids: Sequence[int], batch_size: int, variant: str 
     # SQL NULL (read as "") and a JSON null both mean "not shuffled".
     orders = trials.column("orders").to_pylist() if trials.num_rows else []
     shuffled = np.array([str(text).strip() not in ("", "null") for text in orders], dtype=bool)
-    batches = list(
-        _answers(batch)
-        for batch in columns.record_batches(
-            db,
-            select(
-                Result.trial_id,
-                Result.position,
-                Result.gold,
-                columns.filled(Result.predicted, -1).label("predicted"),
-                (Result.parse_status == ParseStatus.ok).label("parsed"),
-                columns.filled(cast(Result.option_probs, Text), "").label("option_probs"),
-            ).where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant),
-        )
-    )
-    answered = np.isin(trial_ids, np.concatenate([b.trial_id for b in batches]) if batches else [])
-    kept = np.flatnonzero(answered)
-    order = np.argsort(trial_ids[kept], kind="stable")
-    width = max([2] + [b.width for b in batches] + [int(b.gold.max()) + 1 for b in batches if b.gold.size])
-    shape = (kept.size, batch_size)
+    # Each batch goes into the arrays as it is read (holding the batches first was 3 x the arrays).
+    shape = (trial_ids.size, batch_size)
     gold = np.full(shape, -1, dtype=np.int64)
     predicted = np.full(shape, -1, dtype=np.int64)
-    probs = np.full((*shape, width), np.nan)
-    for b in batches:
-        i = kept[order][np.searchsorted(trial_ids[kept][order], b.trial_id)]
-        row = np.searchsorted(kept, i)
+    probs = np.full((*shape, 2), np.nan)
+    answered = np.zeros(trial_ids.size, dtype=bool)
+    order = np.argsort(trial_ids, kind="stable")
+    for batch in columns.record_batches(
+        db,
+        select(
+            Result.trial_id,
+            Result.position,
+            Result.gold,
+            columns.filled(Result.predicted, -1).label("predicted"),
+            (Result.parse_status == ParseStatus.ok).label("parsed"),
+            columns.filled(cast(Result.option_probs, Text), "").label("option_probs"),
+        ).where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant),
+    ):
+        b = _answers(batch)
+        need = max(b.width, int(b.gold.max()) + 1 if b.gold.size else 0)
+        if need > probs.shape[2]:  # wider options: rows with probabilities read 0 there, the others NaN
+            extra = np.where(np.isnan(probs[..., :1]), np.nan, 0.0)
+            probs = np.concatenate([probs, np.repeat(extra, need - probs.shape[2], axis=2)], axis=2)
+        row = order[np.searchsorted(trial_ids[order], b.trial_id)]
         col = b.position - 1
+        answered[row] = True
         gold[row, col] = b.gold
         predicted[row, col] = np.where(b.parsed, b.predicted, -1)
         if b.width:
             probs[row, col, : b.width] = b.probs
             probs[row, col, b.width :] = np.where(np.isnan(b.probs[:, :1]), np.nan, 0.0)
+    kept = np.flatnonzero(answered)
+    if kept.size < trial_ids.size:  # trials with no answer (not yet run) are not rows
+        gold, predicted, probs = gold[kept], predicted[kept], probs[kept]
     clusters = queries.clusters_of(db, job_ids=ids)
     return OptionData(
         batch_size=batch_size,
@@ -240,8 +243,12 @@ def view(
     """Options by position of `data` (see the module's docstring)."""
     k = data.options
     chance = 1.0 / k
-    p = normalised(data.probs)
-    recorded: Bools = np.asarray(np.isfinite(p).all(axis=-1))
+    # Renormalised a position at a time (a whole copy of a 5M-answer job's probabilities is 160 MB); a row is
+    # recorded where its probabilities are finite and sum to more than 0, as `normalised` keeps them.
+    recorded: Bools = np.zeros(data.probs.shape[:2], dtype=bool)
+    for j in range(data.batch_size):
+        column = data.probs[:, j]
+        recorded[:, j] = np.isfinite(column).all(axis=-1) & (column.sum(axis=-1) > 0)
     parsed: Bools = np.asarray(data.predicted >= 0)
     notes = []
     debiased: list[Interval | None] = [None] * data.batch_size
@@ -254,7 +261,7 @@ def view(
     elif len(set(data.cluster[data.shuffled].tolist())) < FOLDS:
         notes.append(f"no debiased accuracy: fewer than {FOLDS} clusters with shuffled options")
     else:
-        logp = np.log(np.maximum(np.nan_to_num(p, nan=1.0), PROBABILITY_FLOOR))
+        logp = np.log(np.maximum(np.nan_to_num(normalised(data.probs), nan=1.0), PROBABILITY_FLOOR))
         intervals, prior = debiased_accuracy(
             logp, data.gold, usable & data.shuffled[:, None], data.cluster, resamples=resamples, seed=seed
         )
@@ -266,7 +273,7 @@ def view(
         chosen = np.bincount(data.predicted[here, j], minlength=k)[:k] / max(n, 1)
         right = np.bincount(data.gold[here, j], minlength=k)[:k] / max(n, 1)
         correct = int((data.predicted[here, j] == data.gold[here, j]).sum())
-        with_probs = p[np.logical_and(here, recorded[:, j]), j]
+        with_probs = normalised(data.probs[np.logical_and(here, recorded[:, j]), j])
         entropy = confidence = None
         if len(with_probs):
             safe = np.where(with_probs > 0, with_probs, 1.0)

@@ -173,8 +173,17 @@ def batch_sizes(db: Database, *, job_ids: Collection[int], variant: str | None =
         return sorted(session.scalars(query))
 
 
+TRIAL_BATCH_ROWS = 8_192
+"""Trials read at a time: each carries its question ids as JSON text (50 ids: about 1.7 kB)."""
+
+
 def trial_data(
-    db: Database, *, job_ids: Collection[int], batch_size: int, variant: str = BASELINE
+    db: Database,
+    *,
+    job_ids: Collection[int],
+    batch_size: int,
+    variant: str = BASELINE,
+    placement: bool = True,
 ) -> TrialData:
     """Every answered trial of `variant` of `job_ids` at `batch_size`, with its answers, as the analyses
     read them: pooled so that a trial two jobs share is counted once (see `TrialData.pool`), clustered by
@@ -183,7 +192,8 @@ def trial_data(
     Variants are never pooled: each is its own curve.
 
     Read as columns (`service.store.columns`), batch by batch: memory is the trials x positions arrays, not
-    a Python object per answer."""
+    a Python object per answer. `placement=False` leaves out each answer's slot and token distance (slot
+    and distance None), which curves by position and comparisons do not read: two fewer arrays."""
     from posbias.service.store import columns  # Arrow costs half a second to import: only when read
 
     ids = sorted(set(job_ids))
@@ -194,7 +204,7 @@ def trial_data(
     by_set = {
         job_id for job_id, spec in specs.items() if spec.get("design") == "rotation" or shows_sets_again(spec)
     }
-    trials = columns.read_table(
+    trials = columns.record_batches(
         db,
         select(
             Trial.id.label("trial_id"),
@@ -213,6 +223,7 @@ def trial_data(
             Trial.status == TrialStatus.done,
         )
         .order_by(Trial.job_id, Trial.id),
+        batch_rows=TRIAL_BATCH_ROWS,
     )
     table = trial_columns.TrialColumns.read(trials, by_set=by_set)
 
@@ -234,7 +245,9 @@ def trial_data(
             Result.question_id,
         ).where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant),
     )
-    return trial_columns.build(table, (codes.batch(b) for b in results), batch_size=batch_size)
+    return trial_columns.build(
+        table, (codes.batch(b) for b in results), batch_size=batch_size, placement=placement
+    )
 
 
 def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:

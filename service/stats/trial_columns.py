@@ -6,6 +6,7 @@ the path every analysis reads a job by (`service.stats.queries.trial_data` reads
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,28 +33,58 @@ class TrialColumns:
     filler: Ints
     by_set: npt.NDArray[np.bool_]
     """True where the trial's job shows each sampled set again (rotation, sweep, probe): the set clusters."""
-    question_ids: Sequence[str]
-    choice_orders: Sequence[str]
+    questions: Sequence[bytes]
+    """A digest of each trial's stored question ids (what matching compares)."""
+    content: Sequence[bytes]
+    """A digest of each trial's content: questions, option orders, answer order, probe, filler (what
+    pooling compares)."""
     answer_order: Sequence[str]
     """The stored text of each trial's answer order; "" for forward order."""
     jobs: tuple[int, ...] = ()
 
     @classmethod
-    def read(cls, table: pa.Table, *, by_set: Collection[int]) -> TrialColumns:
-        """From the store's trials as Arrow columns (`trial_id`, `job_id`, `iteration`, `probe`,
+    def read(cls, batches: Iterable[pa.RecordBatch], *, by_set: Collection[int]) -> TrialColumns:
+        """From the store's trials as Arrow batches (`trial_id`, `job_id`, `iteration`, `probe`,
         `filler_tokens`, `question_ids`, `choice_orders`, `answer_order`); `by_set`: the jobs whose sets
-        are their clusters. Its `jobs` are those with trials."""
-        job = _integers(table, "job_id")
+        are their clusters. Its `jobs` are those with trials. The JSON texts are kept as 16-byte digests
+        (BLAKE2b), a batch at a time: a job of 100,000 trials of 50 questions holds 170 MB of them."""
+        parts: dict[str, list[Any]] = {name: [] for name in ("ids", "job", "iteration", "probe", "filler")}
+        questions: list[bytes] = []
+        content: list[bytes] = []
+        orders: list[str] = []
+        for batch in batches:
+            probe, filler = _integers(batch, "probe"), _integers(batch, "filler_tokens")
+            for name, column in (("ids", "trial_id"), ("job", "job_id"), ("iteration", "iteration")):
+                parts[name].append(_integers(batch, column))
+            parts["probe"].append(probe)
+            parts["filler"].append(filler)
+            order = [_no_null(text) for text in _texts(batch, "answer_order")]
+            for ids, choices, answers, p, f in zip(
+                _texts(batch, "question_ids"),
+                _texts(batch, "choice_orders"),
+                order,
+                probe.tolist(),
+                filler.tolist(),
+                strict=True,
+            ):
+                questions.append(_digest(ids))
+                content.append(_digest("\x1f".join((ids, choices, answers, str(p), str(f)))))
+            orders += order
+
+        def joined(name: str) -> Ints:
+            return np.concatenate(parts[name]) if parts[name] else np.zeros(0, dtype=np.int64)
+
+        job = joined("job")
         return cls(
-            trial_id=_integers(table, "trial_id"),
+            trial_id=joined("ids"),
             job_id=job,
-            iteration=_integers(table, "iteration"),
-            probe=_integers(table, "probe"),
-            filler=_integers(table, "filler_tokens"),
+            iteration=joined("iteration"),
+            probe=joined("probe"),
+            filler=joined("filler"),
             by_set=np.isin(job, sorted(by_set)),
-            question_ids=_texts(table, "question_ids"),
-            choice_orders=_texts(table, "choice_orders"),
-            answer_order=[_no_null(text) for text in _texts(table, "answer_order")],
+            questions=questions,
+            content=content,
+            answer_order=orders,
             jobs=tuple(sorted(set(job.tolist()))),
         )
 
@@ -186,29 +217,25 @@ def _texts(data: pa.Table, name: str) -> list[str]:
     return [str(text) for text in data.column(name).to_pylist()] if len(data.column(name)) else []
 
 
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 def _no_null(text: str) -> str:
     return "" if text.strip() == "null" else text
 
 
-def build(trials: TrialColumns, results: Iterable[ResultColumns], *, batch_size: int) -> TrialData:
+def build(
+    trials: TrialColumns, results: Iterable[ResultColumns], *, batch_size: int, placement: bool = True
+) -> TrialData:
     """From the store's columns (`service.stats.queries.trial_data` reads them): the same data as
     `from_rows` gives for the same rows (pooled alike, clusters numbered alike), built from arrays,
     batch by batch, with no Python object per answer; its memory is the trials x positions arrays.
     Keys are the stored texts of each trial's content, not tuples of ids (they compare alike)."""
     n = batch_size
-    content = [
-        "\x1f".join((q, c, o, str(p), str(f)))
-        for q, c, o, p, f in zip(
-            trials.question_ids,
-            trials.choice_orders,
-            trials.answer_order,
-            trials.probe.tolist(),
-            trials.filler.tolist(),
-            strict=True,
-        )
-    ]
+    content = trials.content
     keep = np.zeros(len(content), dtype=bool)
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     for index, text in enumerate(content):  # in (job, trial id) order, as `pool` goes
         if text not in seen:
             seen.add(text)
@@ -223,8 +250,8 @@ def build(trials: TrialColumns, results: Iterable[ResultColumns], *, batch_size:
     parsed = np.zeros((t, n))
     answered = np.zeros((t, n))
     gold = np.full((t, n), np.nan)
-    slot = np.full((t, n), np.nan)
-    distance = np.full((t, n), np.nan)
+    slot = np.full((t, n) if placement else (0, 0), np.nan)
+    distance = np.full((t, n) if placement else (0, 0), np.nan)
     questions = np.zeros((t, n), dtype=np.int64)
     inverse_options = 0.0
     counted = 0
@@ -242,9 +269,11 @@ def build(trials: TrialColumns, results: Iterable[ResultColumns], *, batch_size:
         parsed[row, col] = ok
         correct[row, col] = ok * batch.correct[inside]
         gold[row, col] = batch.gold_prob[inside]
-        distance[row, col] = batch.token_distance[inside]
+        if placement:
+            distance[row, col] = batch.token_distance[inside]
         questions[row, col] = batch.question[inside]
-        slot[row, col] = _slots(batch.answer_slot[inside], row, col + 1, probe=probe, orders=orders)
+        if placement:
+            slot[row, col] = _slots(batch.answer_slot[inside], row, col + 1, probe=probe, orders=orders)
         if batch.inverse_options is not None:
             inverse_options += float(batch.inverse_options[inside].sum())
             counted += int(inside.sum())
@@ -269,9 +298,9 @@ def build(trials: TrialColumns, results: Iterable[ResultColumns], *, batch_size:
         answered=answered,
         cluster=cluster_codes(cluster_keys),
         keys=tuple(
-            (trials.question_ids[i],)
+            (trials.questions[i].hex(),)
             if not trials.filler[i]
-            else (trials.question_ids[i], f"filler:{trials.filler[i]}")
+            else (trials.questions[i].hex(), f"filler:{trials.filler[i]}")
             for i in kept.tolist()
         ),
         questions=questions,
@@ -280,8 +309,8 @@ def build(trials: TrialColumns, results: Iterable[ResultColumns], *, batch_size:
         duplicates=len(content) - t,
         cluster_unit="sampled set" if bool(by_set.any()) else "trial",
         chance=inverse_options / counted if counted else None,
-        slot=slot,
-        distance=distance,
+        slot=slot if placement else None,
+        distance=distance if placement else None,
         filler=filler if filler.any() else None,
         lines=lines,
     )
