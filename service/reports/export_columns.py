@@ -75,6 +75,7 @@ RESULT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("question_token_end", _INT),
     ("answer_token_index", _INT),
     ("token_distance", _INT),
+    ("rope_distance", _INT),
     ("in_window", _BOOL),
     ("visible_layers", _INT),
     ("gold_prob", _FLOAT),
@@ -118,6 +119,7 @@ _RESULT_INTS = (
     "question_token_end",
     "answer_token_index",
     "token_distance",
+    "rope_distance",
     "visible_layers",
 )
 

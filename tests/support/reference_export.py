@@ -43,6 +43,7 @@ _EXPORTED = (
     Result.question_token_end,
     Result.answer_token_index,
     Result.token_distance,
+    Result.rope_distance,
     Result.in_window,
     Result.visible_layers,
     Result.gold_prob,
