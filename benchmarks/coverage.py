@@ -395,11 +395,24 @@ def paired_checks(
             t.setdefault(f"{kind}: identical called different", Tally("<= 0.05")).add(
                 any(p.different for p in found.points)
             )
+            # What the user sees marked: a position or a block (each width at every start, issue 41).
+            t.setdefault(f"{kind}: identical called different, any member", Tally("<= 0.05")).add(
+                any(m.different for m in (*found.points, *found.blocks))
+            )
         t.setdefault(f"{kind} difference, pointwise", Tally("0.93-0.97")).add(
             float(np.mean([inside(p.ci_low, truth[p.position - 1], p.ci_high) for p in found.points]))
         )
         t.setdefault(f"{kind} difference, band", Tally("0.93-0.97")).add(
             all(inside(p.band_low, truth[p.position - 1], p.band_high) for p in found.points)
+        )
+        # The band holds over its whole family: a block's truth is its positions' mean (every position has
+        # the same answers here).
+        t.setdefault(f"{kind} difference, band over the family", Tally(">= 0.95")).add(
+            all(inside(p.band_low, truth[p.position - 1], p.band_high) for p in found.points)
+            and all(
+                inside(d.band_low, float(truth[d.first_position - 1 : d.last_position].mean()), d.band_high)
+                for d in found.blocks
+            )
         )
         if found.contrast_diff is not None:
             t.setdefault(f"{kind} contrast difference", Tally("0.93-0.97")).add(
@@ -416,9 +429,13 @@ def verdict_checks(
     iterations: int,
     drop: float,
     drop_positions: int,
+    first: int = 1,
     resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> Body:
-    """A schedule's checkpoint against its baseline, on the same trials: flagged how often."""
+    """A schedule's checkpoint against its baseline, on the same trials: flagged how often, and whether the
+    drop it cites (the flagged member that best fits) has each end within one position of the true drop's
+    (positions `first` to `first + drop_positions - 1`)."""
+    last = first + drop_positions - 1
     rule = RegressionRule(max_drop=5, max_shift=10)
     alpha = (1 - rule.confidence) / 3  # drop, shift and parse checks at one batch size
 
@@ -427,7 +444,7 @@ def verdict_checks(
         world = World.draw(rng, prompts=iterations)
         truth = np.array([base.accuracy(p, n) for p in range(1, n + 1)])
         lowered = truth.copy()
-        lowered[:drop_positions] -= drop
+        lowered[first - 1 : last] -= drop
         data_b = answers(base, layout, world, rng=rng, accuracy=truth)
         data_c = answers(base, layout, world, rng=rng, accuracy=lowered)
         judged = verdicts.judge(data_b, data_c, rule=rule, alpha=alpha, seed=rep, resamples=resamples)
@@ -436,9 +453,16 @@ def verdict_checks(
             t.setdefault("verdict: identical flagged", Tally("<= 0.05")).add(flagged)
         else:
             t.setdefault(
-                f"verdict: {100 * drop:.0f}-point drop at positions 1-{drop_positions} caught",
+                f"verdict: {100 * drop:.0f}-point drop at positions {first}-{last} caught",
                 Tally(">= 0.80"),
             ).add(judged.drop_flagged)
+            cited = judged.worst_drop
+            t.setdefault("verdict: the drop cited where it is", Tally("")).add(
+                judged.drop_flagged
+                and cited is not None
+                and abs(cited.first_position - first) <= 1
+                and abs(cited.last_position - last) <= 1
+            )
 
     return run
 
@@ -993,6 +1017,16 @@ SETTINGS = [
         "verdict-power",
         "a 10-point drop at positions 1-10 of N=50, 100 iterations",
         verdict_checks(EFFECTS, n=50, iterations=100, drop=0.10, drop_positions=10),
+    ),
+    Setting(
+        "verdict-local",
+        "a 20-point drop at positions 5-8 of N=16, 100 iterations",
+        verdict_checks(EFFECTS, n=16, iterations=100, drop=0.20, drop_positions=4, first=5),
+    ),
+    Setting(
+        "verdict-uniform",
+        "an 8-point drop at every position of N=50, 100 iterations",
+        verdict_checks(EFFECTS, n=50, iterations=100, drop=0.08, drop_positions=50),
     ),
     Setting(
         "auroc",
