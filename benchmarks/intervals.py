@@ -19,6 +19,13 @@ outside what is possible (a change of more than 100 points over the range it sum
 causes. The smallest C from which coverage holds is `service/stats/explain.MIN_CLUSTERS`; below it explain
 fits nothing and says how many trials it needs.
 
+`shape`: the shape test's large-sample form (`service/stats/shape_test.py`, used past 20,000 answers with at
+least 200 clusters) against its 999 permutations on the same data, and its false-positive rate with no
+position effect (flat accuracy, question and prompt effects), for each number of trials C at N = 50: the
+rate of p < 0.05 under no effect, the rate under an effect of 4 points first to last, and the largest
+difference between the two p-values.
+
+    python benchmarks/intervals.py shape --reps 200 --batch-size 50 --counts 400,1000,4000
     python benchmarks/intervals.py clusters --reps 200
     python benchmarks/intervals.py debiased --reps 200
     python benchmarks/intervals.py explain --reps 200 --counts 4,8,12,16,24,32
@@ -234,9 +241,46 @@ def explain(reps: int, *, n: int, counts: list[int], seed: int) -> None:
         print(f"  ({fitted} fits, {time.perf_counter() - started:.0f} s)")
 
 
+def shape(reps: int, *, n: int, counts: list[int], seed: int) -> None:
+    """The shape test's large-sample form against its permutations, and its false-positive rate."""
+    from posbias.service.stats import shape_test
+
+    print(f"shape: N = {n}, flat 40% or 38% -> 42%, effects q 0.3 p 0.15, {reps} replications")
+    for c in counts:
+        started = time.perf_counter()
+        calls = {"no effect": 0, "4 points": 0}
+        largest = 0.0
+        for rep in range(reps):
+            rng = np.random.default_rng([seed, c, rep])
+            questions = np.array([rng.choice(POOL, size=n, replace=False) for _ in range(c)])
+            difficulty = rng.standard_normal(POOL)[questions]
+            prompts = rng.standard_normal(c)[:, None]
+            for name, accuracy in (("no effect", np.full(n, 0.4)), ("4 points", np.linspace(0.38, 0.42, n))):
+                data = _job(questions, difficulty, prompts, accuracy, rng)
+                correct, parsed, _ = data.cluster_sums()
+                large = shape_test.large_sample_p(correct, parsed)
+                assert large is not None
+                calls[name] += large < 0.05
+                if rep < 20:  # the permutations are the slow part: compared on the first 20
+                    old = shape_test.PERMUTE_UP_TO
+                    shape_test.PERMUTE_UP_TO = 10**12  # permute, whatever the size
+                    try:
+                        permuted = shape_test.shape_test(data, permutations=999, seed=rep)
+                    finally:
+                        shape_test.PERMUTE_UP_TO = old
+                    if permuted is not None:
+                        largest = max(largest, abs(permuted - large))
+        _row(f"{c} trials", "p < 0.05, no effect (false call)", calls["no effect"], reps, "<= 0.05")
+        _row(f"{c} trials", "p < 0.05, 4 points (power)", calls["4 points"], reps, "high")
+        print(
+            f"  (largest |large-sample p - permutation p| over 20 x 2 jobs: {largest:.3f}; "
+            f"{time.perf_counter() - started:.0f} s)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("program", choices=["clusters", "debiased", "explain"])
+    parser.add_argument("program", choices=["clusters", "debiased", "explain", "shape"])
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--counts", default="4,8,12,16,20,30,50", help="clusters: trial counts to try.")
@@ -248,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         clusters(
             args.reps, n=args.batch_size, counts=[int(c) for c in args.counts.split(",")], seed=args.seed
         )
+    elif args.program == "shape":
+        shape(args.reps, n=args.batch_size, counts=[int(c) for c in args.counts.split(",")], seed=args.seed)
     elif args.program == "explain":
         explain(args.reps, n=args.batch_size, counts=[int(c) for c in args.counts.split(",")], seed=args.seed)
     else:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from posbias.schemas import EngineName, FakeSpec, JobSpec, ModelInfo, PosbiasError
+from posbias.schemas import EngineOptions, FakeSpec, JobSpec, ModelInfo, PosbiasError
 from posbias.schemas.diagnosis import Battery, BatteryJob, Line
+from posbias.workers import engines
 
 BATCH_SIZE = 10
 """N of every job: long enough for a curve, short enough for a small model's context."""
@@ -39,7 +40,7 @@ MECHANISM_TRIALS = 16
 def plan_battery(
     facts: ModelInfo,
     *,
-    engine: EngineName | str = EngineName.vllm,
+    engine: str = str(EngineOptions().name),
     budget: int = DEFAULT_BUDGET,
     fake: FakeSpec | None = None,
     seed: int = 0,
@@ -48,7 +49,7 @@ def plan_battery(
     budget when `budget` cannot give each job the trials its intervals need."""
     window = facts.sliding_window if facts.sliding_window_layers else None
     fillers = (0, round(0.8 * window)) if window else (0, _far(facts))
-    is_fake = engine == EngineName.fake
+    is_fake = engines.declared(str(engine)).reads_fake
     base = {
         "model": facts.name,
         "revision": facts.revision,
@@ -104,7 +105,7 @@ def plan_battery(
     if mechanism:
         hf = {**base, "seed": seed + 2, "iterations": MECHANISM_TRIALS, "answer_mode": "constrained"}
         for name, gap in (("mechanism", None), ("mechanism-gap", _far(facts))):
-            options: dict[str, object] = {"name": "hf", "answer_sheet": "gold"}
+            options: dict[str, object] = {"name": _attention_engine(), "answer_sheet": "gold"}
             if gap is not None:
                 options["position_gap"] = gap
             jobs.append(
@@ -149,9 +150,7 @@ def _variants(facts: ModelInfo, *, fake: FakeSpec | None, window: int | None) ->
     return found
 
 
-def _digest(
-    facts: ModelInfo, *, engine: EngineName | str, budget: int, fake: FakeSpec | None, seed: int
-) -> str:
+def _digest(facts: ModelInfo, *, engine: str, budget: int, fake: FakeSpec | None, seed: int) -> str:
     """The plan's identity: the same model, engine, budget and seed give the same jobs' keys."""
     data = [
         facts.name,
@@ -162,3 +161,11 @@ def _digest(
         None if fake is None else fake.model_dump(mode="json"),
     ]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _attention_engine() -> str:
+    """The engine whose declaration says it records attention (the mechanism line's)."""
+    found = [d.name for d in engines.every() if d.records_attention]
+    if not found:
+        raise PosbiasError("no engine records attention here, so diagnose has no mechanism line to plan")
+    return found[0]

@@ -5,22 +5,23 @@ from __future__ import annotations
 
 from statistics import median
 
-from posbias.schemas import EngineName, FakeSpec, JobStatus, ModelInfo, PosbiasError
+from posbias.schemas import FakeSpec, JobStatus, ModelInfo, PosbiasError
 from posbias.schemas.diagnosis import Battery, BatteryCost, BatteryJobState, DiagnoseOutcome
 from posbias.service.diagnose.suspects import read_diagnosis
 from posbias.service.settings import Settings
 from posbias.service.stats import queries
 from posbias.service.store import Database
 from posbias.service.work import jobs, submission
+from posbias.workers import engines
 
 
 def model_facts(
-    db: Database | None, model: str, *, engine: EngineName | str, fake: FakeSpec | None, settings: Settings
+    db: Database | None, model: str, *, engine: str, fake: FakeSpec | None, settings: Settings
 ) -> ModelInfo:
     """The config facts of `model`: the fake's own; else its `models` row as built (the store's newest run
     as published), else its config on this machine, read as submit's dry run reads it. `PosbiasError` when
     none is here."""
-    if engine == EngineName.fake:
+    if engines.declared(str(engine)).reads_fake:
         from posbias.workers.fake_engine import fake_model_info
 
         return fake_model_info(fake or FakeSpec(), model=model)
