@@ -19,8 +19,8 @@ outside what is possible (a change of more than 100 points over the range it sum
 causes. The smallest C from which coverage holds is `service/stats/explain.MIN_CLUSTERS`; below it explain
 fits nothing and says how many trials it needs.
 
-`shape`: the shape test's large-sample form (`service/stats/shape_test.py`, used past 20,000 answers with at
-least 200 clusters) against its 999 permutations on the same data, and its false-positive rate with no
+`shape`: the shape test's large-sample form (`service/stats/shape_test.py`, used past 50,000 answers with at
+least 500 clusters) against its 999 permutations on the same data, and its false-positive rate with no
 position effect (flat accuracy, question and prompt effects), for each number of trials C at N = 50: the
 rate of p < 0.05 under no effect, the rate under an effect of 4 points first to last, and the largest
 difference between the two p-values.

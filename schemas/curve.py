@@ -128,7 +128,8 @@ class Curve(Record):
     shape_method: str | None = Field(
         None,
         description="How `shape_p` was found: `permutation` (999 permutations within clusters) or "
-        "`large-sample` (the permutation distribution's chi-squared form, for jobs past 20,000 answers).",
+        "`large-sample` (the permutation distribution's chi-squared form, for jobs past 50,000 answers and "
+        "500 clusters).",
     )
     note: str | None = Field(
         None,

@@ -95,7 +95,7 @@ def test_the_shape_tests_large_sample_form_agrees_with_its_permutations() -> Non
 def test_jobs_past_the_permutations_reach_use_the_large_sample_form() -> None:
     rng = np.random.default_rng(2)
     small = TrialData.from_arrays((rng.random((100, 50)) < 0.4).astype(float))
-    large = TrialData.from_arrays((rng.random((1000, 50)) < 0.4).astype(float))
+    large = TrialData.from_arrays((rng.random((1100, 50)) < 0.4).astype(float))
     assert shape_test.method(small) == "permutation"
     assert shape_test.method(large) == "large-sample"
     correct, parsed, _ = large.cluster_sums()
