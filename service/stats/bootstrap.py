@@ -79,9 +79,9 @@ class Resampled:
         if len(ranges) == len(columns):
             # Blocks of consecutive positions (a comparison's family: every start of every width) from
             # running sums, a subtraction per block: summing each block's columns cost seconds at N = 200.
-            # The sums are of whole counts, so the differences are exact.
+            # Whole counts summed in float64 (the resampled sums may be float32): the differences are exact.
             running = np.zeros((values.shape[0], values.shape[1] + 1))
-            np.cumsum(values, axis=1, out=running[:, 1:])
+            np.cumsum(values, axis=1, dtype=np.float64, out=running[:, 1:])
             starts = [group.start for group in ranges]
             stops = [group.stop for group in ranges]
             return running[:, stops] - running[:, starts]
