@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from posbias.schemas import Interval
 from posbias.service.stats.intervals import LEVEL, clustered_interval, wilson_interval
@@ -137,7 +139,7 @@ def _pieces(total: int, size: int) -> list[int]:
     return [min(size, total - start) for start in range(0, total, size)]
 
 
-def _counts(rng: np.random.Generator, size: int, chunk: int) -> Floats:
+def _counts(rng: np.random.Generator, size: int, chunk: int) -> npt.NDArray[np.floating[Any]]:
     """Per resample (rows), how often each of `size` units is drawn when `size` are drawn with replacement:
     multinomial counts. Up to `DRAW_UP_TO` units numpy's multinomial sampler (the draws every figure in the
     tests and the coverage program rests on); past it the counts of `size` uniform draws, which have the
