@@ -158,6 +158,7 @@ def fake_result(shard: ShardSpec, rng: random.Random) -> ShardResult:
                 "answer_slot": position if parsed else None,
                 "answer_token_index": 5 * (position - 1) + 2,
                 "token_distance": distance,
+                "rope_distance": distance,
                 "in_window": distance < 4096,
                 "visible_layers": 26 if distance < 4096 else 13,
                 "option_probs": tuple(probs),

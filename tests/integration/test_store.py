@@ -260,14 +260,15 @@ def test_token_distance_rows(db: Database, make_job: MakeJob, answer: Answer) ->
     job_id = make_job(db, iterations=1, batch_sizes=(2, 3)).job_id
     answer_every_shard(db, job_id, answer)
 
-    rows = queries.token_distance_rows(db, job_ids=[job_id], batch_size=2)
+    found = queries.token_distance_rows(db, job_ids=[job_id], batch_size=2)
+    rows = zip(found.token_distance, found.correct, found.parsed, found.gold_prob, strict=True)
 
-    assert sorted((r.token_distance, r.correct, r.parsed, r.gold_prob) for r in rows) == [
+    assert sorted((int(d), bool(c), bool(p), g) for d, c, p, g in rows) == [
         (7, True, True, pytest.approx(0.9)),
         (102, False, True, pytest.approx(0.1)),
     ]
-    assert len({r.trial_id for r in rows}) == 1
-    assert len(queries.token_distance_rows(db, job_ids=[job_id])) == 5
+    assert len(set(found.trial_id.tolist())) == 1
+    assert queries.token_distance_rows(db, job_ids=[job_id]).trial_id.size == 5
 
 
 def test_export_streams_every_result_in_trial_order(db: Database, make_job: MakeJob, answer: Answer) -> None:
