@@ -30,7 +30,20 @@ def read(effect: Effect, confounds: Sequence[Confound]) -> Effect:
         reading = f"no effect larger than +/-{100 * bound:.1f} points{unit}"
     else:
         reading = f"cannot tell (effects up to +/-{100 * bound:.1f} points{unit} fit the data)"
-    return effect.model_copy(update={"rules_out": bound, "reading": reading})
+    return effect.model_copy(update={"rules_out": bound, "reading": reading + _unnamed(effect)})
+
+
+def _unnamed(effect: Effect) -> str:
+    """Why an interval that leaves out 0 does not name its cause: the cause is judged by the joint test of
+    all its terms, Holm-adjusted over the causes, and that test is not significant."""
+    leaves_out = [
+        i for i in (effect.effect, effect.bend) if i is not None and i.low is not None and i.high is not None
+    ]
+    if not any(i.low > 0 or i.high < 0 for i in leaves_out):  # type: ignore[operator]
+        return ""
+    p = f" (p {effect.p:.2g} after Holm's adjustment)" if effect.p is not None else ""
+    terms = f"{effect.terms} terms" if effect.terms else "terms"
+    return f"; its interval leaves out 0, but the joint test of its {terms} is not significant{p}"
 
 
 def alone(effect: Effect) -> Effect:

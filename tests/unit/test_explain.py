@@ -395,3 +395,28 @@ def test_the_graph_procedure_with_holms_graph_is_holm() -> None:
         for p in cases:
             expected = multipletests(p, method="holm")[1]
             assert _graph_adjusted(p, np.full(m, 1.0 / m), graph) == pytest.approx(expected, abs=1e-12), p
+
+
+def test_an_interval_that_leaves_out_zero_for_a_cause_not_named_says_why() -> None:
+    """The table's row for a cause whose summary's interval excludes 0 while its joint test (all its terms,
+    Holm-adjusted) is not significant says so, rather than leaving the two to contradict each other."""
+    from posbias.service.stats.explain_reading import read
+
+    def effect(low: float, high: float) -> Effect:
+        return Effect(
+            name="position",
+            unit="first to last",
+            status="estimated",
+            effect=Interval(estimate=(low + high) / 2, low=low, high=high),
+            terms=3,
+            p=0.12,
+            p_single=0.04,
+            distinguishable=False,
+            information=0.9,
+            separable=True,
+        )
+
+    excluding = read(effect(0.005, 0.04), []).reading
+    assert excluding.startswith("no effect larger than +/-4.0 points")
+    assert "leaves out 0, but the joint test of its 3 terms is not significant (p 0.12" in excluding
+    assert "leaves out 0" not in read(effect(-0.01, 0.03), []).reading
