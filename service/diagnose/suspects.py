@@ -202,14 +202,7 @@ def _rope_behaviour(explanation: Explanation, effect: Effect | None, *, job_ids:
     """The smooth part of the distance effect, per 1,000 tokens (the step at the window is the window's)."""
     measure = "smooth decay with token distance, per 1,000 tokens (explain)"
     if effect is None or effect.status != "estimated" or not effect.separable:
-        why = (effect.note or effect.reading) if effect is not None else "not fitted"
-        return Finding(
-            line=Line.behaviour,
-            call=Call.cannot_tell,
-            measure=measure,
-            reason=f"token distance: {why}",
-            job_ids=job_ids,
-        )
+        return _unfitted(effect, measure=measure, job_ids=job_ids, prefix="token distance: ")
     change = _points(effect.effect)
     call, widest = _call(change, bound=BEHAVIOUR_BOUND, sign=-1)
     if call is Call.implicated and not effect.distinguishable:
@@ -222,15 +215,7 @@ def _rope_behaviour(explanation: Explanation, effect: Effect | None, *, job_ids:
         reason = f"no smooth change larger than +/-{widest:.1f} points per 1,000 tokens"
     else:
         reason = f"changes up to +/-{widest or 0:.1f} points per 1,000 tokens fit the data: {MORE}"
-    return Finding(
-        line=Line.behaviour,
-        call=call,
-        measure=measure,
-        effect=change,
-        bound=widest if call is Call.ruled_out else None,
-        reason=reason,
-        job_ids=job_ids,
-    )
+    return _behaviour(call, measure=measure, change=change, widest=widest, reason=reason, job_ids=job_ids)
 
 
 def _effect_finding(effect: Effect | None, *, job_ids: tuple[int, ...]) -> Finding:
@@ -238,10 +223,7 @@ def _effect_finding(effect: Effect | None, *, job_ids: tuple[int, ...]) -> Findi
     name = effect.name if effect is not None else "cause"
     measure = f"{name}, first to last (explain)"
     if effect is None or effect.status != "estimated" or not effect.separable:
-        why = (effect.note or effect.reading) if effect is not None else "not fitted"
-        return Finding(
-            line=Line.behaviour, call=Call.cannot_tell, measure=measure, reason=why, job_ids=job_ids
-        )
+        return _unfitted(effect, measure=measure, job_ids=job_ids)
     change = _points(effect.effect)
     call, widest = _call(change, bound=BEHAVIOUR_BOUND, sign=0)
     if call is Call.implicated and not effect.distinguishable:
@@ -253,6 +235,27 @@ def _effect_finding(effect: Effect | None, *, job_ids: tuple[int, ...]) -> Findi
         Call.ruled_out: f"no effect larger than +/-{widest or 0:.1f} points",
         Call.cannot_tell: f"effects up to +/-{widest or 0:.1f} points fit the data: {MORE}",
     }[call]
+    return _behaviour(call, measure=measure, change=change, widest=widest, reason=reason, job_ids=job_ids)
+
+
+def _unfitted(effect: Effect | None, *, measure: str, job_ids: tuple[int, ...], prefix: str = "") -> Finding:
+    """Cannot tell: explain did not fit the cause apart (held fixed, in lockstep, not separable, no fit)."""
+    why = (effect.note or effect.reading) if effect is not None else "not fitted"
+    return Finding(
+        line=Line.behaviour, call=Call.cannot_tell, measure=measure, reason=f"{prefix}{why}", job_ids=job_ids
+    )
+
+
+def _behaviour(
+    call: Call,
+    *,
+    measure: str,
+    change: Interval | None,
+    widest: float | None,
+    reason: str,
+    job_ids: tuple[int, ...],
+) -> Finding:
+    """A behaviour finding from explain's fitted change: its bound where it rules the suspect out."""
     return Finding(
         line=Line.behaviour,
         call=call,

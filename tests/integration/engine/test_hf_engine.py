@@ -16,6 +16,7 @@ import pytest
 import torch
 from engine_helpers import GEMMA2_MAX_MODEL_LEN, GEMMA2_WINDOW, GEMMA3_WINDOW
 from sqlalchemy import text
+from support.attention_memory import MASSES
 from support.eager_attention import eager
 from support.in_process import run_cli
 from support.job_runs import dispatch
@@ -142,21 +143,6 @@ def test_a_shards_answers_are_the_sheet_and_a_missing_position_is_gold(
 
 
 # --- the answer rows against transformers' eager attention ---------------------------------------------
-
-
-MASSES = (
-    "own_mean",
-    "own_max",
-    "sink_mean",
-    "sink_max",
-    "other_mean",
-    "other_max",
-    "instructions_mean",
-    "instructions_max",
-    "answers_mean",
-    "beyond_window_mean",
-    "beyond_window_max",
-)
 
 
 def test_a_jobs_masses_and_probabilities_are_eagers_from_the_answer_rows(
