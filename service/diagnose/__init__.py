@@ -16,9 +16,12 @@ from posbias.schemas.lazy import lazy_face
 
 _HOMES: dict[str, str] = {
     "DEFAULT_BUDGET": "posbias.service.diagnose.battery",
+    "Evidence": "posbias.service.diagnose.suspects",
     "costs": "posbias.service.diagnose.group",
     "diagnose": "posbias.service.diagnose.group",
     "diagnosis_page": "posbias.service.diagnose.diagnosis_page",
+    "gather": "posbias.service.diagnose.suspects",
+    "judge": "posbias.service.diagnose.suspects",
     "model_facts": "posbias.service.diagnose.group",
     "plan_battery": "posbias.service.diagnose.battery",
     "read_diagnosis": "posbias.service.diagnose.suspects",

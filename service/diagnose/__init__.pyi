@@ -6,13 +6,19 @@ from posbias.service.diagnose.diagnosis_page import diagnosis_page as diagnosis_
 from posbias.service.diagnose.group import costs as costs
 from posbias.service.diagnose.group import diagnose as diagnose
 from posbias.service.diagnose.group import model_facts as model_facts
+from posbias.service.diagnose.suspects import Evidence as Evidence
+from posbias.service.diagnose.suspects import gather as gather
+from posbias.service.diagnose.suspects import judge as judge
 from posbias.service.diagnose.suspects import read_diagnosis as read_diagnosis
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "Evidence",
     "costs",
     "diagnose",
     "diagnosis_page",
+    "gather",
+    "judge",
     "model_facts",
     "plan_battery",
     "read_diagnosis",

@@ -10,8 +10,9 @@ otherwise (with what would settle it).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from posbias.schemas import BASELINE, CurveQuery, Interval
+from posbias.schemas import BASELINE, Comparison, CurveQuery, Interval, OptionsView
 from posbias.schemas.diagnosis import (
     Battery,
     Call,
@@ -32,13 +33,46 @@ INTERVENTION_BOUND = 5.0
 MORE = "more iterations (a larger --budget) would narrow it"
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What the battery's done jobs say, as posbias's analyses read them: the behaviour job's explanation and
+    options by position, and each variant compared with the baseline. `judge` turns it into verdicts; the
+    coverage program (`benchmarks/diagnose_coverage.py`) builds it from simulated answers."""
+
+    explanation: Explanation
+    options: OptionsView
+    compared: Mapping[str, Comparison]
+    """Variant name -> the variant minus the baseline, paired (compare)."""
+
+
 def read_diagnosis(db: Database, battery: Battery, job_ids: Mapping[str, int]) -> Diagnosis:
     """The verdicts of `battery`, whose jobs (`job_ids`, by key) are done."""
+    return judge(battery, gather(db, battery, job_ids), job_ids)
+
+
+def gather(db: Database, battery: Battery, job_ids: Mapping[str, int]) -> Evidence:
+    """Read the battery's evidence from the store: explain and options of the behaviour job, compare of each
+    variant with the baseline."""
     n = battery.batch_size
     by_line = {job.line: job for job in battery.jobs}
     behaviour = job_ids[by_line[Line.behaviour].key]
     (explanation,) = curves.explain(db, [behaviour], batch_size=n)
     (options,) = curves.options(db, [behaviour], batch_size=n)
+    intervention = by_line.get(Line.intervention)
+    compared = {}
+    if intervention is not None:
+        job = CurveQuery(job_id=job_ids[intervention.key], variant=BASELINE)
+        for name in intervention.spec.names[1:]:
+            compared[name] = curves.compare(db, job, job.model_copy(update={"variant": name}), batch_size=n)
+    return Evidence(explanation=explanation, options=options, compared=compared)
+
+
+def judge(battery: Battery, evidence: Evidence, job_ids: Mapping[str, int]) -> Diagnosis:
+    """The verdicts of `battery` from its `evidence` (a pure function: no store)."""
+    n = battery.batch_size
+    by_line = {job.line: job for job in battery.jobs}
+    behaviour = job_ids[by_line[Line.behaviour].key]
+    explanation, options = evidence.explanation, evidence.options
     collapse = [r for r in options.readings if "collapse" in r]
     window = battery.facts.sliding_window if battery.facts.sliding_window_layers else None
     effects = {e.name: e for e in explanation.effects}
@@ -64,18 +98,8 @@ def read_diagnosis(db: Database, battery: Battery, job_ids: Mapping[str, int]) -
     }
 
     intervention = by_line.get(Line.intervention)
-    variants = intervention.spec.names[1:] if intervention is not None else ()
-    compared = {
-        name: curves.compare(
-            db,
-            CurveQuery(job_id=job_ids[intervention.key], variant=BASELINE),
-            CurveQuery(job_id=job_ids[intervention.key], variant=name),
-            batch_size=n,
-        )
-        for name in variants
-        if intervention is not None
-    }
-    whole = {name: _whole_prompt(c.blocks, n) for name, c in compared.items()}
+    variants = tuple(evidence.compared)
+    whole = {name: _whole_prompt(c.blocks, n) for name, c in evidence.compared.items()}
     ids = (job_ids[intervention.key],) if intervention is not None else ()
     window_variants = [v for v in variants if v == "global-only"]
     rope_variants = [(v, +1) for v in variants if v.startswith("rope-base")]
