@@ -10,6 +10,7 @@ the whole worker path on it, and the analysis is checked by recovering the curve
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -22,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import ndtri
 
 from posbias.schemas import EngineInfo, FakeSpec, ModelInfo
 from posbias.workers.engine import Encoding, EngineBase, Generation, GenerationRequest
@@ -267,9 +267,19 @@ class FakeEngine(EngineBase[FakeTokenizer]):
 def _model_info(spec: FakeSpec, *, model: str, max_model_len: int) -> ModelInfo:
     """The name and the context length; with `spec.window`, a 4-layer model whose layers 0 and 2 slide over
     that window (the shape of Gemma 2), so results are window-aware as a real model's are. With a
-    mechanism, its RoPE base too, and no sliding layer under `global-only`."""
+    mechanism, its RoPE base too, and no sliding layer under `global-only`.
+
+    A variant that changes these facts (`global-only`, `rope-base:x<f>`) states its change as `hf_overrides`,
+    as a real engine's variant does, so that it is a model of its own in the store: under one identity, the
+    variant built first would stand for the baseline too (the store keeps the first write), and a diagnosis
+    read the behaviour job's window from whichever shard the worker wrote first."""
     mechanism = spec.mechanism
     rope = None if mechanism is None else mechanism.rope_theta * mechanism.rope_factor
+    changed: dict[str, Any] = {}
+    if mechanism is not None and mechanism.global_only:
+        changed["global_only"] = True
+    if mechanism is not None and mechanism.rope_factor != 1.0:
+        changed["rope_factor"] = mechanism.rope_factor
     if spec.window is None or (mechanism is not None and mechanism.global_only):
         if mechanism is None:
             return ModelInfo(name=model, context_length=max_model_len)
@@ -279,6 +289,7 @@ def _model_info(spec: FakeSpec, *, model: str, max_model_len: int) -> ModelInfo:
             num_layers=FAKE_LAYERS,
             rope_theta=rope,
             context_length=max_model_len,
+            hf_overrides=changed,
         )
     return ModelInfo(
         name=model,
@@ -288,6 +299,7 @@ def _model_info(spec: FakeSpec, *, model: str, max_model_len: int) -> ModelInfo:
         sliding_window_layers=FAKE_SLIDING_LAYERS,
         rope_theta=rope,
         context_length=max_model_len,
+        hf_overrides=changed,
     )
 
 
@@ -322,6 +334,20 @@ def prompt_latent(question_ids: Sequence[str]) -> float:
     """A prompt's latent effect: a standard normal drawn from the set of questions it shows, so the rotations
     of one set share it."""
     return _normal_of("prompt:" + "\x1f".join(sorted(question_ids)))
+
+
+def ndtri(p: Any) -> Any:
+    """The standard normal quantile of `p` (scipy's `ndtri`; a number or an array)."""
+    return _scipy_ndtri()(p)
+
+
+@functools.cache
+def _scipy_ndtri() -> Any:
+    # Imported on first use: `posbias trial` loads this module for its tokenizer alone, and scipy.special
+    # would cost it a tenth of a second or more.
+    from scipy.special import ndtri as quantile
+
+    return quantile
 
 
 def _normal_of(text: str) -> float:
