@@ -54,8 +54,9 @@ class FakeMechanism(Record):
     """A cause of the fake's curve that responds to a variant as the mechanism would (`posbias diagnose`
     is checked on it): a step at the sliding window that vanishes when every layer is global, and a decay
     with RoPE distance that follows that distance, which a position gap lengthens and a larger RoPE base
-    shortens. The intervention fields are set by a job's variants (`global-only`, `rope-base:x<f>`, a
-    variant `{name, fake: {mechanism: {position_gap: G}}}`), not by hand."""
+    shortens; and two causes no variant acts on, a drop by position and a drop by answer slot. The
+    intervention fields are set by a job's variants (`global-only`, `rope-base:x<f>`, a variant `{name,
+    fake: {mechanism: {position_gap: G}}}`), not by hand."""
 
     model_config = FINITE
 
@@ -81,14 +82,42 @@ class FakeMechanism(Record):
     position_gap: int = Field(
         0, ge=0, description="Position ids added after the last question (as the hf engine's gap)."
     )
+    position_drop: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Accuracy lost at the first position, linearly to none at the last (position as such: "
+        "no variant changes it).",
+    )
+    slot_drop: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Accuracy lost on the first answer line, linearly to none on the last (the answer's "
+        "slot: no variant changes it).",
+    )
 
-    def accuracy_at(self, distance: Any, *, window: int | None) -> Any:
-        """True accuracy at token `distance` (a number or an array)."""
+    def accuracy_at(
+        self,
+        distance: Any,
+        *,
+        window: int | None,
+        position: Any = 1,
+        batch_size: int = 1,
+        slot: Any = 1,
+        answers: int = 1,
+    ) -> Any:
+        """True accuracy at token `distance`, 1-based `position` of `batch_size` and answer `slot` of
+        `answers` lines (numbers or arrays alike)."""
         d = np.asarray(distance, dtype=np.float64)
         rope = (d + self.position_gap) / (self.rope_factor * self.rope_span)
         found = self.accuracy - self.rope_decay * np.minimum(rope, 1.0)
         if window is not None and not self.global_only:
             found = found - self.window_step * (d >= window)
+        for drop, at, count in ((self.position_drop, position, batch_size), (self.slot_drop, slot, answers)):
+            if drop:
+                early = 1.0 - (np.asarray(at, dtype=np.float64) - 1) / (count - 1) if count > 1 else 1.0
+                found = found - drop * early
         found = np.clip(found, 0.0, 1.0)
         return float(found) if found.ndim == 0 else found
 
@@ -197,7 +226,14 @@ class FakeSpec(Record):
         if self.mechanism is not None:
             if distance is None:
                 raise ValueError("a fake with a mechanism needs each answer's distance")
-            return self.mechanism.accuracy_at(distance, window=self.window)
+            return self.mechanism.accuracy_at(
+                distance,
+                window=self.window,
+                position=position,
+                batch_size=batch_size,
+                slot=1 if slot is None else slot,
+                answers=1 if answers is None else answers,
+            )
         points = np.asarray(self.curve if self.curve is not None else (self.first, self.last))
         if self.depends_on is FakeAxis.position:
             along, count = position, batch_size

@@ -149,3 +149,39 @@ def test_too_long_prompt_is_refused() -> None:
         engine.generate(
             [_request(list(range(91)), (0,), max_tokens=10)], temperature=0.0, top_p=1.0, seed=None
         )
+
+
+def test_a_mechanism_drops_accuracy_by_position_or_by_answer_slot() -> None:
+    """`position_drop` takes accuracy from the first position whatever line answers it, `slot_drop` from the
+    first answer line whatever position it answers (the causes diagnose's coverage program simulates)."""
+    n = 20
+    key = tuple(i % 4 for i in range(n))
+    reverse = tuple(range(n, 0, -1))  # line 1 answers position 20: position and slot run opposite ways
+
+    def accuracy_by_position(mechanism: dict[str, float]) -> np.ndarray:
+        engine = FakeEngine(FakeSpec.model_validate({"mechanism": {"accuracy": 0.9, **mechanism}}))
+        requests = [
+            GenerationRequest(
+                prompt_token_ids=[i, *range(30 * n)],
+                max_tokens=10_000,
+                regex=None,
+                option_labels=option_labels(4),
+                answer_key=key,
+                asked=reverse,
+                question_token_ends=tuple(30 * (p + 1) for p in range(n)),
+            )
+            for i in range(400)
+        ]
+        texts = _generate(engine, requests)
+        by_position = [
+            {a.position: a.predicted == key[a.position - 1] for a in parse_answers(t, n_options=[4] * n)}
+            for t in texts
+        ]
+        return np.array([[row[p] for p in range(1, n + 1)] for row in by_position]).mean(axis=0)
+
+    position = accuracy_by_position({"position_drop": 0.8})
+    assert position[:3].mean() == pytest.approx(0.9 - 0.8 * (1 - 1 / 19), abs=0.06)
+    assert position[-3:].mean() == pytest.approx(0.9 - 0.8 * 1 / 19, abs=0.06)
+    slot = accuracy_by_position({"slot_drop": 0.8})  # the last positions are answered first
+    assert slot[-3:].mean() == pytest.approx(0.9 - 0.8 * (1 - 1 / 19), abs=0.06)
+    assert slot[:3].mean() == pytest.approx(0.9 - 0.8 * 1 / 19, abs=0.06)
