@@ -739,6 +739,47 @@ EXPLAIN_GRID = [
 ]
 
 
+def _held_out(
+    window: int, *, ratio: float, n: int, jump: float, lengths: str = "mmlu", sets: int = 200
+) -> Setting:
+    """Issue 41's held-out family: a step of `jump` at the window and nothing else, random answer order,
+    filler at the end at 0 and `ratio` x the window (diagnose's behaviour job uses 0.8), N = `n`, `sets`
+    sampled sets (each at both filler lengths)."""
+    filler = round(ratio * window)
+    truth = Truth(base=0.5, step=(window, -jump), distance=lambda d: np.full(np.shape(d), jump / 2))
+    return Setting(
+        f"explain-held-w{window}-f{ratio:g}-n{n}-j{100 * jump:.0f}"
+        + ("" if lengths == "mmlu" else f"-{lengths}")
+        + ("" if sets == 200 else f"-s{sets}"),
+        f"explain: a {100 * jump:.0f}-point step at window {window}, random order, filler 0/{filler} at the "
+        f"end, N={n}, {sets} sets, {lengths} lengths",
+        explain_checks(
+            truth, window=window, lengths=lengths, n=n, iterations=sets, order="random", filler=(0, filler)
+        ),
+    )
+
+
+HELD_OUT = [
+    _held_out(600, ratio=0.8, n=10, jump=0.3),
+    _held_out(300, ratio=0.8, n=10, jump=0.3),
+    _held_out(1000, ratio=0.8, n=10, jump=0.3),
+    _held_out(2000, ratio=0.8, n=10, jump=0.3),
+    _held_out(1000, ratio=0.8, n=20, jump=0.3),
+    _held_out(600, ratio=0.8, n=10, jump=0.15),
+    _held_out(600, ratio=0.5, n=10, jump=0.3),
+    _held_out(600, ratio=1.5, n=10, jump=0.3),
+    _held_out(2000, ratio=0.8, n=20, jump=0.2),
+    _held_out(4096, ratio=0.8, n=10, jump=0.3),
+    _held_out(1000, ratio=0.8, n=10, jump=0.3, lengths="wide"),
+    _held_out(1000, ratio=0.8, n=10, jump=0.3, sets=40),
+    _held_out(600, ratio=0.8, n=10, jump=0.3, sets=40),
+    _held_out(1000, ratio=0.8, n=10, jump=0.3, sets=80),
+    _held_out(2000, ratio=0.8, n=10, jump=0.2, sets=40),
+]
+"""Issue 41's family around its held-out check (a window step, filler at the end, random order): filler
+lengths against the window, N and the step's size (benchmarks/README.md, "Explain's false causes")."""
+
+
 # --- explain's attention AUROC ---------------------------------------------------------------------
 
 
@@ -1049,6 +1090,7 @@ SETTINGS = [
         auroc_checks(AurocWorld(n=20, iterations=50, rho=0.6)),
     ),
     *EXPLAIN_GRID,
+    *HELD_OUT,
 ]
 
 

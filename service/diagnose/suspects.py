@@ -30,6 +30,8 @@ BEHAVIOUR_BOUND = 10.0
 """Points: explain's own bound for `no effect larger than +/-X` (docs/designs.md)."""
 INTERVENTION_BOUND = 5.0
 """Points: a variant that moves the whole prompt's accuracy by less than this changes nothing that matters."""
+ALONE = 0.05
+"""Explain's level: a group's third member whose own test's p is at least this does not move the group."""
 MORE = "more iterations (a larger --budget) would narrow it"
 
 
@@ -108,6 +110,13 @@ def judge(battery: Battery, evidence: Evidence, job_ids: Mapping[str, int]) -> D
         _intervention([(v, +1) for v in window_variants], whole, job_ids=ids, what="every layer global")
     )
     found[Suspect.rope].append(_intervention(rope_variants, whole, job_ids=ids, what="a RoPE change"))
+    found[Suspect.position][0] = _position_alone(
+        found[Suspect.position][0],
+        explanation,
+        distance_lines=(found[Suspect.window][-1], found[Suspect.rope][-1]),
+        has_window=window is not None,
+        collapse=collapse,
+    )
     for suspect in (Suspect.slot, Suspect.position, Suspect.collapse):
         found[suspect].append(
             Finding(
@@ -260,6 +269,72 @@ def _effect_finding(effect: Effect | None, *, job_ids: tuple[int, ...]) -> Findi
         Call.cannot_tell: f"effects up to +/-{widest or 0:.1f} points fit the data: {MORE}",
     }[call]
     return _behaviour(call, measure=measure, change=change, widest=widest, reason=reason, job_ids=job_ids)
+
+
+def _position_alone(
+    finding: Finding,
+    explanation: Explanation,
+    *,
+    distance_lines: tuple[Finding, Finding],
+    has_window: bool,
+    collapse: Sequence[str],
+) -> Finding:
+    """Position's behaviour finding, read with what the other lines say.
+
+    - Where options read a collapse onto one option at some positions, those positions' answers are wrong
+      whatever position does, so a position effect cannot be told from the collapse (`cannot tell`).
+    - Where the design leaves position and token distance in one group (filler at two lengths separates
+      them only partly: their information near explain's threshold) and that group moves the curve, the
+      intervention line decides between them: when every variant that acts through distance (global-only,
+      a RoPE change, a position gap) rules its suspect out, what moves the group is position."""
+    if collapse:
+        if finding.call is not Call.implicated:
+            return finding
+        return finding.model_copy(
+            update={
+                "call": Call.cannot_tell,
+                "reason": f"{finding.reason}; but answers collapse onto one option ({'; '.join(collapse)}), "
+                "which lowers those positions' accuracy whatever their position",
+            }
+        )
+    effects = {e.name: e for e in explanation.effects}
+    pair = {"position", "token distance"}
+    group = next(
+        (
+            c
+            for c in explanation.confounds
+            if c.moves_curve
+            and pair <= set(c.effects)
+            # A third member (the answer slot) in the group only because position's information is low
+            # given all the others: separable from each, and its own test does not say it moves the curve.
+            and all(_apart(effects.get(m), explanation.threshold) for m in set(c.effects) - pair)
+        ),
+        None,
+    )
+    window_line, rope_line = distance_lines
+    ruled = rope_line.call is Call.ruled_out and (window_line.call is Call.ruled_out or not has_window)
+    if finding.call is not Call.cannot_tell or group is None or not ruled:
+        return finding
+    return finding.model_copy(
+        update={
+            "call": Call.implicated,
+            "reason": f"position and token distance together move the curve (joint test p = "
+            f"{group.joint_p or 0:.2g}), and the variants rule out what acts through distance "
+            f"({'; '.join(f.reason for f in (window_line, rope_line) if f.call is Call.ruled_out)})",
+        }
+    )
+
+
+def _apart(effect: Effect | None, threshold: float | None) -> bool:
+    """A cause in a group that is separable on its own and whose own joint test (unadjusted) does not
+    reject: it does not move the group."""
+    return (
+        effect is not None
+        and effect.information is not None
+        and effect.information >= (threshold or 0.0)
+        and effect.p is not None
+        and effect.p >= ALONE
+    )
 
 
 def _unfitted(effect: Effect | None, *, measure: str, job_ids: tuple[int, ...], prefix: str = "") -> Finding:
