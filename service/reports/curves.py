@@ -7,7 +7,7 @@ the same trials, so comparing them is paired."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from posbias.schemas import (
     BASELINE,
@@ -25,6 +25,9 @@ from posbias.schemas.explanation import Explanation
 from posbias.service.stats import (
     BOOTSTRAP_RESAMPLES,
     BREAK_RESAMPLES,
+    DistanceColumns,
+    TrialData,
+    bootstrap,
     comparison,
     explain_curve,
     position_curve,
@@ -33,6 +36,44 @@ from posbias.service.stats import (
 from posbias.service.stats import options as option_views
 from posbias.service.store import Database
 from posbias.service.work import jobs
+
+
+class StoreReads:
+    """Where `curves`, `explain` and `compare` read answers and draw resamples: the store, each view on
+    its own, and `bootstrap.single` (the default). A report's views share one read of each batch size and
+    one set of draws between curves of as many clusters (`service/reports/report_views.py`)."""
+
+    def trial_data(
+        self, db: Database, *, job_ids: Collection[int], batch_size: int, variant: str, placement: bool = True
+    ) -> TrialData:
+        """`queries.trial_data`."""
+        return queries.trial_data(
+            db, job_ids=job_ids, batch_size=batch_size, variant=variant, placement=placement
+        )
+
+    def distances(
+        self,
+        db: Database,
+        *,
+        job_ids: list[int],
+        batch_size: int | None,
+        sizes: Sequence[int],
+        variant: str,
+        rope: bool,
+    ) -> tuple[DistanceColumns, dict[int, int]]:
+        """The answers of `variant` of `job_ids` by token (or RoPE) distance, at `batch_size` when given
+        (`sizes`: the batch sizes their curves are drawn at), and each trial's cluster."""
+        rows = queries.token_distance_rows(
+            db, job_ids=job_ids, batch_size=batch_size, variant=variant, rope=rope
+        )
+        return rows, queries.clusters_of(db, job_ids=job_ids)
+
+    def draws(self, data: TrialData, *, resamples: int, seed: int) -> bootstrap.Resampled:
+        """`bootstrap.single`."""
+        return bootstrap.single(data, resamples=resamples, seed=seed)
+
+
+STORE = StoreReads()
 
 
 def _resolve(db: Database, query: CurveQuery) -> tuple[str, str | None, list[int]]:
@@ -76,6 +117,7 @@ def curves(
     by: CurveAxis = CurveAxis.position,
     bin_width: int = 256,
     resamples: int = BOOTSTRAP_RESAMPLES,
+    reads: StoreReads = STORE,
 ) -> list[Curve]:
     """One curve per variant and batch size with results that match `query`, variant by variant (the
     baseline first), each in batch-size order (and, by position or answer slot, one per filler length of a
@@ -85,7 +127,7 @@ def curves(
     once), analysed with every interval and summary of `position_curve.build_curve`. By token distance:
     answers binned `bin_width` tokens wide, intervals clustered by trial (or sampled set). By filler length:
     every position pooled per length. A job served by an endpoint whose tokenizer is unknown has no token
-    distances; its curves carry a `note` saying so.
+    distances; its curves carry a `note` saying so. `reads`: where answers are read (see `StoreReads`).
     """
     model, revision, job_ids = _resolve(db, query)
     note = _offsets_note(db, job_ids)
@@ -96,9 +138,9 @@ def curves(
         sizes = [n for n in sizes if query.batch_size in (None, n)]
         where = (model, revision, job_ids, variant, sizes)
         built = (
-            _distance_curves(db, query, *where, bin_width=bin_width, resamples=resamples, by=by)
+            _distance_curves(db, query, *where, bin_width=bin_width, resamples=resamples, by=by, reads=reads)
             if by in (CurveAxis.token_distance, CurveAxis.rope_distance)
-            else _position_curves(db, *where, by=by, resamples=resamples)
+            else _position_curves(db, *where, by=by, resamples=resamples, reads=reads)
         )
         found += [curve.model_copy(update={"variant": variant}) for curve in built]
     if note is None:
@@ -120,12 +162,12 @@ def _distance_curves(
     bin_width: int,
     resamples: int,
     by: CurveAxis = CurveAxis.token_distance,
+    reads: StoreReads = STORE,
 ) -> list[Curve]:
     rope = by is CurveAxis.rope_distance
-    rows = queries.token_distance_rows(
-        db, job_ids=job_ids, batch_size=query.batch_size, variant=variant, rope=rope
+    rows, clusters = reads.distances(
+        db, job_ids=job_ids, batch_size=query.batch_size, sizes=sizes, variant=variant, rope=rope
     )
-    clusters = queries.clusters_of(db, job_ids=job_ids)
     found = [
         position_curve.distance_curve(
             rows,
@@ -137,6 +179,7 @@ def _distance_curves(
             batch_size=n,
             resamples=resamples,
             by=by.value,
+            draws=reads.draws,
         )
         for n in sizes
     ]
@@ -153,11 +196,12 @@ def _position_curves(
     *,
     by: CurveAxis,
     resamples: int,
+    reads: StoreReads = STORE,
 ) -> list[Curve]:
     found = []
     for n in sizes:
         placement = by is CurveAxis.answer_slot  # slots and distances only for the slot axis
-        data = queries.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant, placement=placement)
+        data = reads.trial_data(db, job_ids=job_ids, batch_size=n, variant=variant, placement=placement)
         if by is CurveAxis.filler_length:
             found.append(
                 position_curve.filler_curve(data, model=model, revision=revision, resamples=resamples)
@@ -174,6 +218,7 @@ def _position_curves(
                     resamples=resamples,
                     by=by.value,
                     filler_tokens=level if data.filler is not None else None,
+                    draws=reads.draws,
                 )
             )
     return found
@@ -186,6 +231,7 @@ def explain(
     batch_size: int | None = None,
     variant: str = BASELINE,
     resamples: int = BREAK_RESAMPLES,
+    reads: StoreReads = STORE,
 ) -> list[Explanation]:
     """What moves the curve of `variant` of `job_ids` (one model's jobs, pooled, each distinct trial once),
     per batch size: position, answer slot and token distance fitted together, and a step at the sliding
@@ -221,7 +267,7 @@ def explain(
     design = "; ".join(dict.fromkeys(r.spec.describe_design() for r in records))
     fits = [
         explain_curve(
-            queries.trial_data(db, job_ids=ids, batch_size=n, variant=variant),
+            reads.trial_data(db, job_ids=ids, batch_size=n, variant=variant),
             model=model,
             revision=revision,
             info=info,
@@ -277,7 +323,9 @@ def batch_sizes(db: Database, query: CurveQuery) -> list[int]:
     return queries.batch_sizes(db, job_ids=job_ids, variant=query.variant)
 
 
-def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> Comparison:
+def compare(
+    db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int, reads: StoreReads = STORE
+) -> Comparison:
     """B minus A, position by position, at one batch size: paired over matched trials (two variants of one
     job match on every trial). A side that names no variant is its jobs' only one there."""
     _, _, jobs_a = _resolve(db, a.model_copy(update={"batch_size": batch_size}))
@@ -285,8 +333,8 @@ def compare(db: Database, a: CurveQuery, b: CurveQuery, *, batch_size: int) -> C
     variant_a = variant_of(db, a, job_ids=jobs_a, batch_size=batch_size)
     variant_b = variant_of(db, b, job_ids=jobs_b, batch_size=batch_size)
     return comparison.compare(
-        queries.trial_data(db, job_ids=jobs_a, batch_size=batch_size, variant=variant_a, placement=False),
-        queries.trial_data(db, job_ids=jobs_b, batch_size=batch_size, variant=variant_b, placement=False),
+        reads.trial_data(db, job_ids=jobs_a, batch_size=batch_size, variant=variant_a, placement=False),
+        reads.trial_data(db, job_ids=jobs_b, batch_size=batch_size, variant=variant_b, placement=False),
         labels=(label(a, variant=variant_a), label(b, variant=variant_b)),
     )
 

@@ -23,9 +23,11 @@ from typing import Any
 from posbias.schemas import PosbiasError
 from posbias.service.reports import answer_lists, report_data, report_page
 from posbias.service.reports.export import target
-from posbias.service.reports.trial_view import trial_detail
+from posbias.service.reports.report_views import SharedReads
+from posbias.service.reports.trial_view import prompt_tokenizer, trial_detail
 from posbias.service.store import Database
 from posbias.service.work import jobs as job_store
+from posbias.workers.engine import Encoding, Tokenizer
 
 MAX_TRIALS = 100
 """Trials a report file shows by default: each embedded whole, about 60 kB for a 50-question prompt (its
@@ -69,36 +71,81 @@ def report_data_for(
         raise PosbiasError("name a job to report on, e.g. `posbias report 3 --out report.html`")
     ids = list(dict.fromkeys(job_ids))
     records = [job_store.get(db, job_id) for job_id in ids]  # NotFoundError names the fix
-    jobs = [report_data.job_report(db, job_id) for job_id in ids]
+    reads = SharedReads()  # every view reads each job's answers once
+    jobs = [report_data.job_report(db, job_id, reads=reads) for job_id in ids]
     data: dict[str, Any] = {
         "page": "report",
         "live": live,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "jobs": jobs,
-        "comparisons": report_data.comparisons(db, records[0], records[1]) if len(ids) == 2 else [],
+        "comparisons": report_data.comparisons(db, records[0], records[1], reads=reads)
+        if len(ids) == 2
+        else [],
         "trials": {},
     }
+    del reads  # the answers' arrays are not needed for the trials
     if live:
         return data
-    for job_id, job in zip(ids, jobs, strict=True):
-        sample = answer_lists.trial_sample(db, job_id, limit=max_trials // len(jobs))
+    for record, job in zip(records, jobs, strict=True):
+        sample = answer_lists.trial_sample(db, record.id, limit=max_trials // len(jobs))
         job["sample"] = {"shown": len(sample.trial_ids), "total": sample.total}
         job["answers"] = {
             "columns": list(answer_lists.ANSWER_COLUMNS),
             "rows": answer_lists.sample_answers(db, sample.trial_ids),
         }
+        # One tokenizer for the job's trials (a model's takes seconds to load), each prompt encoded once.
+        tokenizer = prompt_tokenizer(record.spec, cache_dir=cache_dir) if sample.trial_ids else None
+        once = EncodedOnce(tokenizer) if tokenizer is not None else None
         for trial_id in sample.trial_ids:
-            data["trials"][f"{job_id}:{trial_id}"] = trial_page(db, job_id, trial_id, cache_dir=cache_dir)
+            data["trials"][f"{record.id}:{trial_id}"] = trial_page(
+                db, record.id, trial_id, cache_dir=cache_dir, tokenizer=once
+            )
     return data
 
 
-def trial_page(db: Database, job_id: int, trial_id: int, *, cache_dir: Path | None = None) -> dict[str, Any]:
+class EncodedOnce:
+    """`tokenizer`, encoding each prompt once: rendering a trial encodes its prompt for the token ids and
+    the spans, and its view encodes the same text again for each token's characters (the fake engine's
+    tokenizer takes about 10 ms a 50-question prompt)."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._last: tuple[str, bool, Encoding] | None = None
+
+    def has_chat_template(self) -> bool:
+        return self._tokenizer.has_chat_template()
+
+    def apply_chat_template(self, user_text: str) -> str:
+        return self._tokenizer.apply_chat_template(user_text)
+
+    @property
+    def prompt_bos_id(self) -> int | None:
+        return self._tokenizer.prompt_bos_id
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> Encoding:
+        last = self._last
+        if last is not None and last[1] == add_special_tokens and last[0] == text:
+            return last[2]
+        found = self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        self._last = (text, add_special_tokens, found)
+        return found
+
+
+def trial_page(
+    db: Database,
+    job_id: int,
+    trial_id: int,
+    *,
+    cache_dir: Path | None = None,
+    tokenizer: Tokenizer | None = None,
+) -> dict[str, Any]:
     """One trial as its page shows it (`posbias trial`'s view without the token ids, which the page does
-    not draw: each question's span and the window's reach come as character offsets)."""
+    not draw: each question's span and the window's reach come as character offsets); rendered with
+    `tokenizer`, else the job's model's (see `trial_detail`)."""
     with db.read() as session:
-        view = trial_detail(session, job_id, trial_id, cache_dir=cache_dir)
+        view = trial_detail(session, job_id, trial_id, tokenizer=tokenizer, cache_dir=cache_dir, tokens=False)
     data = view.model_dump(mode="json", exclude={"prompt_token_ids", "token_offsets"})
-    data["prompt_tokens"] = None if view.prompt_token_ids is None else len(view.prompt_token_ids)
+    data["prompt_tokens"] = view.check.rebuilt_prompt_tokens
     return data
 
 

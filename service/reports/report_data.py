@@ -25,6 +25,7 @@ from posbias.schemas import (
     PosbiasError,
 )
 from posbias.service.reports import curves as curve_reports
+from posbias.service.reports.report_views import SharedReads
 from posbias.service.schedules import checkpoint_records
 from posbias.service.stats import attention_curve, attention_explain
 from posbias.service.store import (
@@ -79,25 +80,33 @@ def axes_of(record: JobRecord) -> list[CurveAxis]:
     return axes
 
 
-def job_report(db: Database, job_id: int) -> dict[str, Any]:
+def job_report(db: Database, job_id: int, *, reads: SharedReads | None = None) -> dict[str, Any]:
     """One job's part of a report: its record, curves by every axis it varies (each variant its own
     curves), explain per variant, its schedule. A part that cannot be shown yet (a job without
-    results) says why in `missing` instead."""
+    results) says why in `missing` instead. Each is what its own command gives; the views share their
+    reads of the store and their bootstrap draws through `reads` (`service/reports/report_views.py`)."""
     record = job_store.get(db, job_id)  # NotFoundError names the fix
-    missing: dict[str, str] = {}
-    curves: dict[str, list[dict[str, Any]]] = {}
-    for axis in axes_of(record):
+    reads = reads or SharedReads()
+    axes = axes_of(record)
+    found: dict[CurveAxis, list[dict[str, Any]] | str] = {}
+    # The token distance first: its answers come from the batch sizes' reads, and its draws are made with
+    # the position curve's, which then finds them made.
+    for axis in sorted(axes, key=lambda a: a is not CurveAxis.token_distance):
         try:
-            found = curve_reports.curves(db, CurveQuery(job_id=job_id), by=axis, bin_width=BIN_WIDTH)
+            built = curve_reports.curves(
+                db, CurveQuery(job_id=job_id), by=axis, bin_width=BIN_WIDTH, reads=reads
+            )
         except PosbiasError as exc:  # no results yet, or no token offsets
-            missing[axis.value] = str(exc)
+            found[axis] = str(exc)
             continue
-        curves[axis.value] = [c.model_dump(mode="json") for c in found]
+        found[axis] = [c.model_dump(mode="json") for c in built]
+    missing = {axis.value: said for axis in axes if isinstance(said := found[axis], str)}
+    curves = {axis.value: shown for axis in axes if not isinstance(shown := found[axis], str)}
     explained: dict[str, list[dict[str, Any]]] = {}
     if CurveAxis.position.value in curves:
         for variant in _variants(curves[CurveAxis.position.value]):
             try:
-                fits = curve_reports.explain(db, [job_id], variant=variant)
+                fits = curve_reports.explain(db, [job_id], variant=variant, reads=reads)
             except (PosbiasError, Warning) as exc:
                 # A warning raised as an error (a fit on a rank-deficient design, where warnings are
                 # errors) costs this section, not the page.
@@ -197,9 +206,13 @@ def schedule_of(db: Database, job_id: int) -> dict[str, Any] | None:
     }
 
 
-def comparisons(db: Database, a: JobRecord, b: JobRecord) -> list[dict[str, Any]]:
+def comparisons(
+    db: Database, a: JobRecord, b: JobRecord, *, reads: SharedReads | None = None
+) -> list[dict[str, Any]]:
     """B minus A at each batch size both jobs have results for (each side's baseline, or its first
-    variant), as `posbias compare A B --batch-size N` computes it."""
+    variant), as `posbias compare A B --batch-size N` computes it (`reads`: the report's, shared with
+    its other views)."""
+    reads = reads or SharedReads()
     found = []
     sides = []
     for record in (a, b):
@@ -212,6 +225,6 @@ def comparisons(db: Database, a: JobRecord, b: JobRecord) -> list[dict[str, Any]
     except NotFoundError:
         return []
     for n in shared:
-        comparison = curve_reports.compare(db, sides[0], sides[1], batch_size=n)
+        comparison = curve_reports.compare(db, sides[0], sides[1], batch_size=n, reads=reads)
         found.append(comparison.model_dump(mode="json"))
     return found

@@ -40,7 +40,10 @@ def _finite(value: Any) -> Any:
 
 def script_json(data: Any) -> str:
     """`data` as JSON that cannot end a <script> element early (every `<`, `>` and `&` escaped)."""
-    text = json.dumps(_finite(data), separators=(",", ":"), allow_nan=False, default=str)
+    try:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
+    except ValueError:  # a NaN or an infinity somewhere: walk the whole of it (a 1M-result job's: 0.1 s)
+        text = json.dumps(_finite(data), separators=(",", ":"), allow_nan=False, default=str)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

@@ -45,12 +45,14 @@ def trial_detail(
     variant: str | None = None,
     tokenizer: Tokenizer | None = None,
     cache_dir: str | Path | None = None,
+    tokens: bool = True,
 ) -> TrialView:
     """Trial `trial_id` of job `job_id` as sent, answered and scored; with `variant`, the matched trial of
     that variant of the job (the same questions in the same places; a job's variants answer the same
     trials). The prompt is rendered with `tokenizer`, else the model's own when it is on this machine
     (`cache_dir`, by default the settings' default, holds converted GGUF models), else without token ids
-    (`PromptSource.text_only`).
+    (`PromptSource.text_only`). `tokens=False` leaves out the prompt's token ids and each token's
+    characters (a report's page draws neither: about 10,000 of each for a 50-question prompt).
 
     `NotFoundError` when the job, the trial or the variant is not there.
     """
@@ -72,7 +74,7 @@ def trial_detail(
     trial = _trial(row)
     questions = _questions(session, trial.question_ids)
     if tokenizer is None:
-        tokenizer = _tokenizer(spec, cache_dir=cache_dir)
+        tokenizer = prompt_tokenizer(spec, cache_dir=cache_dir)
     rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
     results = {
         r.position: r
@@ -81,7 +83,7 @@ def trial_detail(
         )
     }
     window = _sliding_window(session, job, variant=row.variant)
-    offsets = _offsets(tokenizer, rendered)
+    offsets = _offsets(tokenizer, rendered, whole=tokens)
     spans = [
         _span(q, results.get(q.position), rendered=rendered, window=window, offsets=offsets)
         for q in rendered.questions
@@ -107,8 +109,8 @@ def trial_detail(
         sliding_window=window,
         prompt_source=PromptSource.rebuilt if rendered.token_ids is not None else PromptSource.text_only,
         prompt_text=rendered.text,
-        prompt_token_ids=None if rendered.token_ids is None else list(rendered.token_ids),
-        token_offsets=offsets,
+        prompt_token_ids=None if rendered.token_ids is None or not tokens else list(rendered.token_ids),
+        token_offsets=offsets if tokens else None,
         check=_check(row, list(results.values()), rendered=rendered),
         spans=spans,
         output_text=row.output_text,
@@ -201,7 +203,7 @@ def _questions(session: Session, ids: Sequence[str]) -> dict[str, Question]:
     return found
 
 
-def _tokenizer(spec: JobSpec, *, cache_dir: str | Path | None) -> Tokenizer | None:
+def prompt_tokenizer(spec: JobSpec, *, cache_dir: str | Path | None) -> Tokenizer | None:
     """The tokenizer the worker rendered `spec`'s prompts with, when it is on this machine: the engine's own
     (the fake engine's), the model's own (vLLM loads the same files), or, for a model whose files are not the
     workers' (a served one), the one its job names. A served model's server-side tokenizer is not reachable
@@ -257,7 +259,7 @@ def _span(
         end_char=placed.char_end,
         answer_token=answer,
         window_start_token=start,
-        window_start_char=None if start is None or offsets is None else offsets[start][0],
+        window_start_char=None if start is None or offsets is None else int(offsets[start][0]),
     )
 
 
@@ -299,13 +301,18 @@ def _check(row: tables.Trial, results: Sequence[tables.Result], *, rendered: Ren
     )
 
 
-def _offsets(tokenizer: Tokenizer | None, rendered: RenderedPrompt) -> list[tuple[int, int]] | None:
-    """Each prompt token's character span, encoded as `render` encodes (it keeps only the ids)."""
+def _offsets(
+    tokenizer: Tokenizer | None, rendered: RenderedPrompt, *, whole: bool = True
+) -> Sequence[tuple[int, int]] | None:
+    """Each prompt token's character span, encoded as `render` encodes (it keeps only the ids): with
+    `whole` a list of pairs of Python integers, else as the tokenizer gives them."""
     if tokenizer is None or rendered.token_ids is None:
         return None
     encoding = tokenizer.encode(rendered.text, add_special_tokens=not rendered.chat_template_used)
     if tuple(encoding.ids) != rendered.token_ids:
         raise PosbiasError("the tokenizer encodes the same prompt two ways; it is not deterministic")
+    if not whole:
+        return encoding.offsets
     return [(int(a), int(b)) for a, b in encoding.offsets]
 
 

@@ -21,6 +21,7 @@ _HOMES: dict[str, str] = {
     "BREAK_RESAMPLES": "posbias.service.stats.window_step",
     "DIFF": "posbias.service.stats.bootstrap",
     "DIFF_OF_DIFFS": "posbias.service.stats.bootstrap",
+    "DistanceColumns": "posbias.service.stats.trial_columns",
     "Floats": "posbias.service.stats.trial_data",
     "TrialData": "posbias.service.stats.trial_data",
     "blocks": "posbias.service.stats.comparison",
@@ -36,6 +37,7 @@ _HOMES: dict[str, str] = {
 _MODULES: tuple[str, ...] = (
     "attention_curve",
     "attention_explain",
+    "bootstrap",
     "comparison",
     "options",
     "position_curve",

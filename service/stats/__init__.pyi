@@ -11,12 +11,14 @@ from posbias.service.stats.comparison import BLOCK_FRACTIONS as BLOCK_FRACTIONS
 from posbias.service.stats.comparison import blocks as blocks
 from posbias.service.stats.comparison import resample_pair as resample_pair
 from posbias.service.stats.explain import explain_curve as explain_curve
+from posbias.service.stats.trial_columns import DistanceColumns as DistanceColumns
 from posbias.service.stats.trial_data import Floats as Floats
 from posbias.service.stats.trial_data import TrialData as TrialData
 from posbias.service.stats.window_step import BREAK_RESAMPLES as BREAK_RESAMPLES
 
 from . import attention_curve as attention_curve
 from . import attention_explain as attention_explain
+from . import bootstrap as bootstrap
 from . import comparison as comparison
 from . import options as options
 from . import position_curve as position_curve
@@ -28,11 +30,13 @@ __all__ = [
     "BREAK_RESAMPLES",
     "DIFF",
     "DIFF_OF_DIFFS",
+    "DistanceColumns",
     "Floats",
     "TrialData",
     "attention_curve",
     "attention_explain",
     "blocks",
+    "bootstrap",
     "comparison",
     "diff_band",
     "explain_curve",

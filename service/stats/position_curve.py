@@ -17,13 +17,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from posbias.schemas import Curve, CurvePoint, Interval, PosbiasError
 from posbias.service.stats.bootstrap import (
     BOOTSTRAP_RESAMPLES,
+    Resampled,
     contrast,
     max_t_band,
     ratio,
@@ -38,6 +39,14 @@ from posbias.service.stats.trial_columns import DistanceColumns
 from posbias.service.stats.trial_data import DistanceRow, Floats, TrialData, cluster_codes
 
 
+class Draws(Protocol):
+    """How a curve's clusters are resampled: `bootstrap.single` (the default), or draws a caller shares
+    between curves of as many clusters (`service/reports/report_views.py`), which must give the same sums
+    as `single` with the same `resamples` and `seed`."""
+
+    def __call__(self, data: TrialData, *, resamples: int, seed: int) -> Resampled: ...
+
+
 def build_curve(
     data: TrialData,
     *,
@@ -49,13 +58,15 @@ def build_curve(
     seed: int = 0,
     by: str = "position",
     filler_tokens: int | None = None,
+    draws: Draws = single,
 ) -> Curve:
     """The curve by position of `data` (or, with `by="answer-slot"`, of `slot_view(data)`: its columns are
-    then slots), with every summary (see the module's docstring)."""
+    then slots), with every summary (see the module's docstring). `draws` resamples its clusters (see
+    `Draws`)."""
     found = points(data)
     summaries: dict[str, Any] = {}  # Curve fields
     if data.trials and data.batch_size > 1:
-        resampled = single(data, resamples=resamples, seed=seed).accuracy()
+        resampled = draws(data, resamples=resamples, seed=seed).accuracy()
         found_contrast = contrast(resampled, df=data.clusters - 1)
         summaries["contrast"] = found_contrast if found_contrast.estimate is not None else None
         summaries["first_last_ratio"], summaries["ratio_note"] = ratio(data, resampled)
@@ -266,11 +277,13 @@ def distance_curve(
     band: bool = True,
     resamples: int = BOOTSTRAP_RESAMPLES,
     by: str = "token-distance",
+    draws: Draws = single,
 ) -> Curve:
     """Accuracy by distance in tokens from a question's end to its answer, in bins of `bin_width`: each
     point at its bin's centre, its interval clustered (one trial gives several answers to a bin). Answers
     with no distance (nothing parsed to place) are left out, so the parse rate here is among answers that
-    have one. `clusters` maps each trial to its cluster (itself, or its sampled set)."""
+    have one. `clusters` maps each trial to its cluster (itself, or its sampled set). `draws` resamples
+    its clusters (see `Draws`)."""
     if bin_width < 1:
         raise PosbiasError(f"bin width must be a positive number of tokens (got {bin_width})")
     answers = rows if isinstance(rows, DistanceColumns) else DistanceColumns.from_rows(rows)
@@ -310,7 +323,7 @@ def distance_curve(
         for p in points(data, columns=starts, xs=[s + bin_width / 2 for s in starts])
     ]
     if band and bool(keep.any()) and len(starts) > 1:
-        resampled = single(data, resamples=resamples).accuracy()
+        resampled = draws(data, resamples=resamples, seed=0).accuracy()
         index = [column[p.position] for p in found]
         found = with_band(found, resampled, columns=index, df=data.clusters - 1)
     return Curve(
