@@ -1,8 +1,8 @@
 """posbias: how an LLM's accuracy depends on where a question sits in a long prompt.
 
 The public API, exported here, runs the experiment and reads its curves from Python: `posbias/api.py` (jobs,
-curves, comparisons, plots, settings), `posbias/schedules_api.py` (regression schedules) and
-`posbias/store_api.py` (the store's schema version).
+curves, comparisons, plots), `posbias/schedules_api.py` (regression schedules), `posbias/store_api.py` (the
+store's schema version) and `posbias/settings_api.py` (the settings).
 
     import posbias
 
@@ -33,7 +33,6 @@ _HOMES: dict[str, str] = {
     "job": "posbias.api",
     "jobs": "posbias.api",
     "load_questions": "posbias.api",
-    "load_settings": "posbias.api",
     "models": "posbias.api",
     "plan": "posbias.api",
     "plot_curves": "posbias.api",
@@ -77,6 +76,7 @@ _HOMES: dict[str, str] = {
     "TickReport": "posbias.service.schedules",
     "Settings": "posbias.service.settings",
     "RevisionError": "posbias.service.store",
+    "load_settings": "posbias.settings_api",
     "StoreVersion": "posbias.store_api",
     "downgrade_store": "posbias.store_api",
     "store_problem": "posbias.store_api",

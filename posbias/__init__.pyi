@@ -12,7 +12,6 @@ from posbias.api import export_results as export_results
 from posbias.api import job as job
 from posbias.api import jobs as jobs
 from posbias.api import load_questions as load_questions
-from posbias.api import load_settings as load_settings
 from posbias.api import models as models
 from posbias.api import plan as plan
 from posbias.api import plot_curves as plot_curves
@@ -56,6 +55,7 @@ from posbias.service.schedules import ScheduleSpecError as ScheduleSpecError
 from posbias.service.schedules import TickReport as TickReport
 from posbias.service.settings import Settings as Settings
 from posbias.service.store import RevisionError as RevisionError
+from posbias.settings_api import load_settings as load_settings
 from posbias.store_api import StoreVersion as StoreVersion
 from posbias.store_api import downgrade_store as downgrade_store
 from posbias.store_api import store_problem as store_problem

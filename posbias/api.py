@@ -1,9 +1,9 @@
 """The public Python API: what the `posbias` command does, as functions a notebook or a script can call.
 
-This module holds jobs and their results (submit, run, dispatch, curves, compare, explain, export, plots) and
-the settings; `posbias/schedules_api.py` holds regression schedules and `posbias/store_api.py` the store's
-schema version. `posbias/__init__.py` exports all of them, so `posbias.run(...)` and
-`posbias.tick_schedules()` are called alike.
+This module holds jobs and their results (submit, run, dispatch, curves, compare, explain, export, plots);
+`posbias/schedules_api.py` holds regression schedules, `posbias/store_api.py` the store's schema version and
+`posbias/settings_api.py` the settings (`load_settings`, re-exported here). `posbias/__init__.py` exports
+all of them, so `posbias.run(...)` and `posbias.tick_schedules()` are called alike.
 
 Each function takes its main argument positionally and everything else by keyword. `settings` defaults to
 `Settings()` (environment variables `POSBIAS_*`, or `.env`), so the store is `POSBIAS_DATABASE_URL`, as for
@@ -23,8 +23,7 @@ function but a bug, an interrupt, or an exception raised by the caller's own cal
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +55,12 @@ from posbias.schemas import (
 )
 from posbias.schemas.explanation import Explanation
 from posbias.schemas.ids import looks_like_id, parse_id
-from posbias.service import settings as environment
 from posbias.service.reports import curves as curve_reports
 from posbias.service.settings import Settings
 from posbias.service.stats import queries
-from posbias.service.store import Database, database, database_url
+from posbias.service.store import database_url
 from posbias.service.work import jobs as job_store
+from posbias.settings_api import load_settings as load_settings
 
 SpecLike = JobSpec | Mapping[str, Any] | str | Path
 """A job spec: a `JobSpec`, a mapping of its fields, or the path of a YAML or JSON spec file."""
@@ -70,12 +69,9 @@ Target = int | str | CurveQuery
 it), or a `CurveQuery`."""
 
 
-def _settings(settings: Settings | None) -> Settings:
-    # With `_store`, shared by the API's other modules (`posbias/schedules_api.py`, `posbias/store_api.py`).
-    if settings is None:
-        return environment.load_settings()
-    given: Settings = edge.typed(settings, Settings, what="settings", kind="a posbias.Settings")
-    return given
+_settings = edge.resolve_settings
+"""With `_store`, shared by the API's other modules (`posbias/schedules_api.py`, `posbias/reports_api.py`)."""
+_store = edge.open_store
 
 
 def _spec(spec: SpecLike) -> JobSpec:
@@ -84,28 +80,6 @@ def _spec(spec: SpecLike) -> JobSpec:
     if isinstance(spec, str | Path):
         return JobSpec.from_file(spec)
     return JobSpec.build(dict(edge.typed(spec, Mapping, what="spec", kind=edge.SPEC_KINDS)), source="spec")
-
-
-@contextmanager
-def _store(settings: Settings, *, read_only: bool = False) -> Iterator[Database]:
-    db = database.connect(settings.database_url, read_only=read_only)
-    try:
-        yield db
-    finally:
-        db.close()
-
-
-# --- settings ----------------------------------------------------------------------------------------
-
-
-@edge.public
-def load_settings() -> Settings:
-    """The settings of this process (`POSBIAS_*` variables, then `.env`), read once as the command reads
-    them: `PosbiasError` naming the fix for an invalid value or a malformed `POSBIAS_DATABASE_URL`, before
-    anything is opened."""
-    settings = environment.load_settings()
-    database_url.normalise_url(settings.database_url)
-    return settings
 
 
 # --- questions and plans ------------------------------------------------------------------------------

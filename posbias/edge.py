@@ -6,17 +6,18 @@ command refuses, before anything is opened: an id, a batch size or a limit out o
 flags have, a value of the wrong type, a name that is no choice. Each is a `UsageError` (the command's exit
 code 2). What fails later, a store, a file, the disk, is raised as a `PosbiasError` with the line the command
 prints for it (`public`). Nothing else escapes but a bug, an interrupt, or the caller's own callback's
-exception.
+exception. Its settings and its store come from here too (`resolve_settings`, `open_store`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from pydantic import ValidationError
 
@@ -24,6 +25,9 @@ from posbias.schemas import DatasetSpec, PosbiasError, UsageError, foreign_probl
 from posbias.schemas.bounds import INT64_MAX, MAX_BATCH_SIZE
 from posbias.schemas.spec_file import describe_validation_error
 from posbias.service.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from posbias.service.store import Database
 
 SPEC_KINDS = "a JobSpec, a mapping of its fields or the path of a spec file"
 """What a job spec argument may be, in words."""
@@ -56,6 +60,28 @@ def public(function: Callable[P, R]) -> Callable[P, R]:
             raise PosbiasError(foreign) from exc
 
     return guarded
+
+
+def resolve_settings(settings: Settings | None) -> Settings:
+    """The settings a public function runs with: `settings`, or when None this process's (`POSBIAS_*`
+    variables, then `.env`); `UsageError` for anything but a `Settings`."""
+    if settings is None:
+        return load_settings()
+    given: Settings = typed(settings, Settings, what="settings", kind="a posbias.Settings")
+    return given
+
+
+@contextmanager
+def open_store(settings: Settings, *, read_only: bool = False) -> Iterator[Database]:
+    """The store of `settings`, open for the block. Here rather than in `posbias/api.py`, whose imports
+    (every analysis) a function that only opens the store (`trial`, `store_version`) does not need."""
+    from posbias.service.store import database
+
+    db = database.connect(settings.database_url, read_only=read_only)
+    try:
+        yield db
+    finally:
+        db.close()
 
 
 def _store_url(settings: object) -> str | None:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from posbias import edge
-from posbias.api import _settings, _store
 from posbias.schemas.bounds import INT64_MAX
 from posbias.schemas.trial import TrialView
 from posbias.service.settings import Settings
@@ -38,8 +37,8 @@ def trial(job: int, trial: int, *, variant: str | None = None, settings: Setting
     job_id = edge.job_id(job)
     trial_id = edge.whole(trial, what="trial id", low=1, high=INT64_MAX)
     name = None if variant is None else edge.text(variant, what="variant")
-    resolved = _settings(settings)
-    with _store(resolved, read_only=True) as db, db.read() as session:
+    resolved = edge.resolve_settings(settings)
+    with edge.open_store(resolved, read_only=True) as db, db.read() as session:
         return trial_detail(session, job_id, trial_id, variant=name, cache_dir=resolved.cache_dir)
 
 
@@ -57,7 +56,7 @@ def results(
     `NotFoundError` when there is no such job."""
     from posbias.service.reports import export
 
-    with _store(_settings(settings), read_only=True) as db:
+    with edge.open_store(edge.resolve_settings(settings), read_only=True) as db:
         table = export.results_table(
             db, edge.job_id(job), variant=_variant(variant), batch_size=edge.batch_size(batch_size)
         )
@@ -78,7 +77,7 @@ def trials(
     `NotFoundError` when there is no such job."""
     from posbias.service.reports import export
 
-    with _store(_settings(settings), read_only=True) as db:
+    with edge.open_store(edge.resolve_settings(settings), read_only=True) as db:
         table = export.trials_table(
             db, edge.job_id(job), variant=_variant(variant), batch_size=edge.batch_size(batch_size)
         )

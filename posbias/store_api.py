@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from posbias import edge
-from posbias.api import _settings
 from posbias.schemas import PosbiasError, one_line
 from posbias.service.settings import Settings
 from posbias.service.store import database_url, migrate, schema_version, store_errors
@@ -51,7 +50,7 @@ def upgrade_store(
     revision Alembic does not know."""
     revision = edge.text(revision, what="revision")
     force = edge.typed(force, bool, what="force", kind="True or False")
-    url = _settings(settings).database_url
+    url = edge.resolve_settings(settings).database_url
     migrate.upgrade(url, revision, force=force)
     return _version(url)
 
@@ -61,7 +60,7 @@ def downgrade_store(revision: str, *, settings: Settings | None = None) -> Store
     """Revert migrations down to `revision` (e.g. `-1`; `base` removes every table, and the results with
     them). `RevisionError` for a revision Alembic does not know."""
     revision = edge.text(revision, what="revision")
-    url = _settings(settings).database_url
+    url = edge.resolve_settings(settings).database_url
     migrate.downgrade(url, revision)
     return _version(url)
 
@@ -78,7 +77,7 @@ def store_version(
     `WAIT_POLL_S` seconds and calling `on_waiting` with a line that says why it is not ready yet;
     `PosbiasError` when it does not get there in time."""
     wait = None if wait is None else edge.seconds(wait, what="wait")
-    url = _settings(settings).database_url
+    url = edge.resolve_settings(settings).database_url
     head = schema_version.head()
     if wait is not None:
         now = _wait_for(url, head=head, seconds=wait, on_waiting=on_waiting)
@@ -94,7 +93,7 @@ def store_problem(exc: BaseException, *, settings: Settings | None = None) -> st
     if not isinstance(exc, store_errors.STORE_ERRORS):
         return None
     try:
-        url: str | None = _settings(settings).database_url
+        url: str | None = edge.resolve_settings(settings).database_url
     except PosbiasError:  # the settings cannot be read: the line names no store
         url = None
     return str(store_errors.explain(exc, url=url))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from sqlalchemy import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -47,10 +47,35 @@ class Problem(StrEnum):
     while open (`service.store.sqlite_files`): nothing more may be written through that handle."""
 
 
-DriverError = sqlite3.Error | psycopg.Error
-"""What the drivers raise where posbias uses them directly (COPY, executemany), below SQLAlchemy."""
-STORE_ERRORS = (SQLAlchemyError, sqlite3.Error, psycopg.Error)
-"""Everything a store operation may raise when the store fails: catch these, then `explain`."""
+if TYPE_CHECKING:
+    import psycopg
+
+    DriverError = sqlite3.Error | psycopg.Error
+    """What the drivers raise where posbias uses them directly (COPY, executemany), below SQLAlchemy."""
+    STORE_ERRORS: tuple[type[SQLAlchemyError], type[sqlite3.Error], type[psycopg.Error]]
+    """Everything a store operation may raise when the store fails: catch these, then `explain`."""
+else:
+
+    def __getattr__(name: str) -> Any:
+        # `DriverError` and `STORE_ERRORS` name psycopg's error type, so they are made when first asked
+        # for: a command on a SQLite store (that asks for neither unless something failed) does not
+        # import psycopg, a twentieth of a second of every command's start.
+        if name == "DriverError":
+            value: Any = sqlite3.Error | _driver_errors()[1]
+        elif name == "STORE_ERRORS":
+            value = (SQLAlchemyError, *_driver_errors())
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value
+        return value
+
+
+def _driver_errors() -> tuple[type[sqlite3.Error], type[psycopg.Error]]:
+    """The drivers' base errors (sqlite3's, psycopg's): `DriverError` as a tuple for `isinstance`."""
+    import psycopg
+
+    return sqlite3.Error, psycopg.Error
+
 
 TRANSIENT = frozenset({Problem.unreachable, Problem.full, Problem.read_only, Problem.busy})
 """Problems a dispatcher waits out: the same write may succeed once the store recovers."""
@@ -146,7 +171,8 @@ def explain(exc: SQLAlchemyError | DriverError, *, url: str | URL | None = None)
         where = f" at {describe(make_url(url))}" if url is not None else ""
     except (ArgumentError, ValueError):
         where = ""
-    if not isinstance(exc, DBAPIError | DriverError):
+    sqlite_error, psycopg_error = _driver_errors()
+    if not isinstance(exc, DBAPIError | sqlite_error | psycopg_error):
         return StoreError(f"the store{where} failed: {one_line(exc, typed=True)}", problem=Problem.refused)
     found = _diagnose(exc)
     reason = found.reason
