@@ -232,6 +232,14 @@ def trial_data(
             return _option_counts(session, question_ids)
 
     codes = trial_columns.QuestionCodes(options)
+    placed = (
+        [
+            columns.filled(Result.answer_slot, trial_columns.NO_INT).label("answer_slot"),
+            columns.filled(Result.token_distance, trial_columns.NO_INT).label("token_distance"),
+        ]
+        if placement
+        else []  # two columns fewer to read: a sixth of a million answers' read
+    )
     results = columns.record_batches(
         db,
         select(
@@ -240,8 +248,7 @@ def trial_data(
             (Result.parse_status == ParseStatus.ok).label("parsed"),
             Result.correct,
             columns.filled(Result.gold_prob, trial_columns.NO_FLOAT).label("gold_prob"),
-            columns.filled(Result.answer_slot, trial_columns.NO_INT).label("answer_slot"),
-            columns.filled(Result.token_distance, trial_columns.NO_INT).label("token_distance"),
+            *placed,
             Result.question_id,
         ).where(Result.job_id.in_(ids), Result.batch_size == batch_size, Result.variant == variant),
     )
@@ -251,15 +258,17 @@ def trial_data(
 
 
 def _option_counts(session: Session, question_ids: set[str]) -> dict[str, int]:
-    """Options per question (for the chance line)."""
+    """Options per question (for the chance line), counted by the database (SQLite's and PostgreSQL's
+    `json_array_length`): the options' texts are not read."""
     counts: dict[str, int] = {}
     ordered = sorted(question_ids)
+    options = func.json_array_length(tables.Question.choices)
     for start in range(0, len(ordered), IN_CHUNK):
         chunk = ordered[start : start + IN_CHUNK]
-        for qid, choices in session.execute(
-            select(tables.Question.id, tables.Question.choices).where(tables.Question.id.in_(chunk))
+        for qid, count in session.execute(
+            select(tables.Question.id, options).where(tables.Question.id.in_(chunk))
         ):
-            counts[qid] = len(choices)
+            counts[qid] = int(count)
     return counts
 
 

@@ -178,6 +178,8 @@ class QuestionCodes:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from posbias.service.store import columns
+
         ids = pc.dictionary_encode(batch.column("question_id").cast(pa.string()))
         names = ids.dictionary.to_pylist()  # the batch's distinct questions
         new = [name for name in names if name not in self.codes]
@@ -187,7 +189,7 @@ class QuestionCodes:
                 self.codes[name] = len(self.codes)
                 self.inverse.append(1.0 / (options.get(name, 0) or 1))
         local = np.array([self.codes[name] for name in names], dtype=np.int64)
-        question = local[ids.indices.to_numpy(zero_copy_only=False)] if names else np.zeros(0, np.int64)
+        question = local[columns.to_numpy(ids.indices)] if names else np.zeros(0, np.int64)
         return ResultColumns(
             trial_id=_integers(batch, "trial_id"),
             position=_integers(batch, "position"),
@@ -205,11 +207,19 @@ def _integers(data: pa.Table | pa.RecordBatch, name: str) -> npt.NDArray[np.int6
     column = data.column(name)
     if len(column) == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.asarray(column.to_numpy(zero_copy_only=False)).astype(np.int64)
+    from posbias.service.store import columns  # Arrow's import only where columns are read
+
+    return columns.to_numpy(column).astype(np.int64)
 
 
 def _missing(batch: pa.RecordBatch, name: str, sentinel: float) -> npt.NDArray[np.float64]:
-    values = np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+    """Column `name` with `sentinel` read as NaN; all NaN when the batch does not have it (a read that left
+    out answer slots and token distances: `queries.trial_data(placement=False)`)."""
+    if name not in batch.schema.names:
+        return np.full(batch.num_rows, np.nan)
+    from posbias.service.store import columns
+
+    values = np.asarray(columns.to_numpy(batch.column(name)), dtype=np.float64)
     return np.where(values == sentinel, np.nan, values)
 
 

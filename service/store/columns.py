@@ -5,7 +5,9 @@ the store hands them over the way the database drivers of Apache Arrow (ADBC) re
 PostgreSQL's drivers fill Arrow buffers in C (PostgreSQL's through binary `COPY`), in batches, about four
 times faster than SQLAlchemy's rows on SQLite and without a Python tuple per row. Where no ADBC driver is
 installed for the store (another database, a platform without the wheels) the same batches come from
-SQLAlchemy in chunks: slower, the same arrays, the same bounded memory.
+SQLAlchemy in chunks: slower, the same arrays, the same bounded memory. The drivers are driven through ADBC's
+low-level bindings (`adbc_driver_manager`), not its DB-API module, which imports `pyarrow.dataset` (and
+through it pandas): a tenth to a third of a second of every view's start, for nothing a read uses.
 
 Why not DuckDB (which scans SQLite, PostgreSQL and Parquet): its SQLite and PostgreSQL scanners are
 extensions it downloads on first use, which neither this machine nor an air-gapped cluster can do.
@@ -21,6 +23,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from sqlalchemy import func
 from sqlalchemy.sql import Select
@@ -49,15 +53,29 @@ def record_batches(
         yield from _sqlalchemy_batches(db, query, batch_rows=rows)
         return
     sql = str(query.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True}))
-    with connection, connection.cursor() as cursor:
-        if db.dialect == "sqlite":
-            cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(rows)})
-        cursor.execute(sql)
-        reader = cursor.fetch_record_batch()
-        names = [c.name for c in query.selected_columns]
-        for batch in reader:
+    names = [c.name for c in query.selected_columns]
+    with connection:
+        for batch in connection.batches(sql, batch_rows=rows):
             if batch.num_rows:
                 yield pa.RecordBatch.from_arrays(batch.columns, names=names)
+
+
+def to_numpy(column: pa.Array | pa.ChunkedArray) -> npt.NDArray[Any]:
+    """An Arrow column as a numpy array: a column of numbers without NULLs by DLPack (no copy), booleans from
+    their bits, anything else by pyarrow's `to_numpy`, which imports pandas (a fifth of a second of a
+    view's start) the first time it is called, for nothing a column of numbers needs. The array may be
+    read-only."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind = column.type
+    if len(column) and not column.null_count:
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+            return np.from_dlpack(column)
+        if pa.types.is_boolean(kind):
+            bits = np.frombuffer(column.buffers()[1], dtype=np.uint8)
+            end = column.offset + len(column)
+            return np.unpackbits(bits, count=end, bitorder="little")[column.offset :].astype(bool)
+    return np.asarray(column.to_numpy(zero_copy_only=False))
 
 
 def read_table(db: Database, query: Select[*tuple[Any, ...]]) -> pa.Table:
@@ -69,24 +87,66 @@ def read_table(db: Database, query: Select[*tuple[Any, ...]]) -> pa.Table:
     return pa.Table.from_batches(batches)
 
 
-def adbc_connection(db: Database) -> Any | None:
+class AdbcReader:
+    """A read connection by ADBC to a store's database (its driver's database and connection handles):
+    `batches` runs a query; closed on leaving a `with` block."""
+
+    def __init__(self, database: Any, *, dialect: str) -> None:
+        import adbc_driver_manager
+
+        self.dialect = dialect
+        self._database = database
+        try:
+            self._connection = adbc_driver_manager.AdbcConnection(database)
+        except BaseException:
+            database.close()
+            raise
+
+    def batches(self, sql: str, *, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """The rows of `sql` as Arrow record batches (of `batch_rows` rows on SQLite)."""
+        import adbc_driver_manager
+
+        statement = adbc_driver_manager.AdbcStatement(self._connection)
+        try:
+            if self.dialect == "sqlite":
+                statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            yield from pa.RecordBatchReader.from_stream(stream)
+        finally:
+            statement.close()
+
+    def close(self) -> None:
+        try:
+            self._connection.close()
+        finally:
+            self._database.close()
+
+    def __enter__(self) -> AdbcReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def adbc_connection(db: Database) -> AdbcReader | None:
     """A read connection by ADBC to `db`'s database, or None where there is no driver for it (the tests set
     this to a function that always says None, to read through SQLAlchemy)."""
     url = db.engine.url
     try:
         if db.dialect == "sqlite":
-            import adbc_driver_sqlite.dbapi as sqlite_adbc
+            import adbc_driver_sqlite
 
             path = db.files.path if db.files is not None else sqlite_path(url)
             if path is None:  # an in-memory store: only its own connection sees it
                 return None
-            return sqlite_adbc.connect(f"file:{quote(str(path.absolute()))}?mode=ro")
+            uri = f"file:{quote(str(path.absolute()))}?mode=ro"
+            return AdbcReader(adbc_driver_sqlite.connect(uri), dialect="sqlite")
         if db.dialect == "postgresql":
-            import adbc_driver_postgresql.dbapi as postgresql_adbc
+            import adbc_driver_postgresql
 
-            return postgresql_adbc.connect(
-                url.set(drivername="postgresql").render_as_string(hide_password=False)
-            )
+            uri = url.set(drivername="postgresql").render_as_string(hide_password=False)
+            return AdbcReader(adbc_driver_postgresql.connect(uri), dialect="postgresql")
     except ImportError:
         return None
     return None
