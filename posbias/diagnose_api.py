@@ -19,11 +19,14 @@ from typing import Any
 
 from posbias import edge
 from posbias.api import _settings, _store
-from posbias.schemas import EngineName, FakeSpec, PosbiasError
+from posbias.schemas import EngineName, FakeSpec, PosbiasError, QuestionPool
 from posbias.schemas.diagnosis import DiagnoseOutcome, Diagnosis
-from posbias.service.diagnose import DEFAULT_BUDGET, costs, diagnosis_page, model_facts, plan_battery
+from posbias.service.diagnose import DEFAULT_BUDGET, costs, diagnosis_page, fitted_battery, model_facts
 from posbias.service.diagnose import diagnose as run_diagnosis
 from posbias.service.settings import Settings
+
+VIEW_URL = "http://127.0.0.1:8765"
+"""Where a diagnosis page's links point by default: `posbias view --port 8765`, as its help's example."""
 
 
 @edge.public
@@ -60,19 +63,25 @@ def diagnose(
                 raise
             db = None  # a dry run needs no store: it only has no past rates then
         facts = model_facts(db, model, engine=engine, fake=fake, settings=settings)
-        battery = plan_battery(facts, engine=engine, budget=budget, fake=fake, seed=seed)
+        pools: dict[str, QuestionPool] = {}  # the questions, read once for every job's prepare
+        battery = fitted_battery(
+            facts, settings=settings, engine=engine, budget=budget, fake=fake, seed=seed, pools=pools
+        )
         if db is None:
-            return DiagnoseOutcome(battery=battery, costs=costs(battery, db=None, settings=settings))
-        outcome: DiagnoseOutcome = run_diagnosis(db, battery, settings=settings, dry_run=dry_run)
+            return DiagnoseOutcome(
+                battery=battery, costs=costs(battery, db=None, settings=settings, pools=pools)
+            )
+        outcome: DiagnoseOutcome = run_diagnosis(db, battery, settings=settings, dry_run=dry_run, pools=pools)
         return outcome
 
 
 @edge.public
-def write_diagnosis(diagnosis: Diagnosis, *, path: str | Path) -> Path:
-    """The diagnosis as a self-contained HTML page at `path`; links point at `posbias view`'s pages."""
+def write_diagnosis(diagnosis: Diagnosis, *, path: str | Path, view_url: str = VIEW_URL) -> Path:
+    """The diagnosis as a self-contained HTML page at `path`; each number links to its jobs' pages in the
+    viewer at `view_url` (`posbias view --port 8765` by default)."""
     target = Path(path)
     try:
-        target.write_text(diagnosis_page(diagnosis))
+        target.write_text(diagnosis_page(diagnosis, base_url=edge.text(view_url, what="view_url")))
     except OSError as exc:
         raise PosbiasError(f"cannot write {target}: {exc.strerror or exc}") from None
     return target

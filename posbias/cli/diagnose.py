@@ -42,6 +42,10 @@ def diagnose(
     html: Annotated[
         str | None, typer.Option(help="When the diagnosis is ready: also write it as an HTML page here.")
     ] = None,
+    view_url: Annotated[
+        str,
+        typer.Option(help="The page's numbers link to their jobs in the viewer here (`posbias view`)."),
+    ] = "http://127.0.0.1:8765",
     as_json: JsonOpt = False,
 ) -> None:
     """Plan a battery from the model's config (layers, window, RoPE base, context): a design that
@@ -63,7 +67,7 @@ def diagnose(
         model, settings=settings, budget=budget, dry_run=dry_run, engine=engine, fake=given, seed=seed
     )
     if html is not None and outcome.diagnosis is not None:
-        posbias.write_diagnosis(outcome.diagnosis, path=html)
+        posbias.write_diagnosis(outcome.diagnosis, path=html, view_url=view_url)
     if as_json:
         print_json(outcome.model_dump(mode="json"))
         return

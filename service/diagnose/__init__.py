@@ -20,6 +20,7 @@ _HOMES: dict[str, str] = {
     "costs": "posbias.service.diagnose.group",
     "diagnose": "posbias.service.diagnose.group",
     "diagnosis_page": "posbias.service.diagnose.diagnosis_page",
+    "fitted_battery": "posbias.service.diagnose.group",
     "gather": "posbias.service.diagnose.suspects",
     "judge": "posbias.service.diagnose.suspects",
     "model_facts": "posbias.service.diagnose.group",

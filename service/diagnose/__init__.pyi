@@ -5,6 +5,7 @@ from posbias.service.diagnose.battery import plan_battery as plan_battery
 from posbias.service.diagnose.diagnosis_page import diagnosis_page as diagnosis_page
 from posbias.service.diagnose.group import costs as costs
 from posbias.service.diagnose.group import diagnose as diagnose
+from posbias.service.diagnose.group import fitted_battery as fitted_battery
 from posbias.service.diagnose.group import model_facts as model_facts
 from posbias.service.diagnose.suspects import Evidence as Evidence
 from posbias.service.diagnose.suspects import gather as gather
@@ -17,6 +18,7 @@ __all__ = [
     "costs",
     "diagnose",
     "diagnosis_page",
+    "fitted_battery",
     "gather",
     "judge",
     "model_facts",

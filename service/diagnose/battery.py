@@ -23,6 +23,9 @@ from posbias.workers import engines
 
 BATCH_SIZE = 10
 """N of every job: long enough for a curve, short enough for a small model's context."""
+MIN_BATCH_SIZE = 4
+"""The least N a battery is planned at when N = 10 does not fit the model's context: fewer positions leave
+no curve to speak of."""
 DEFAULT_BUDGET = 2000
 """Trials in all when `--budget` is not given."""
 MIN_CLUSTERS = 16
@@ -44,9 +47,11 @@ def plan_battery(
     budget: int = DEFAULT_BUDGET,
     fake: FakeSpec | None = None,
     seed: int = 0,
+    batch_size: int = BATCH_SIZE,
 ) -> Battery:
-    """The jobs that diagnose `facts.name` within `budget` trials. Raises `PosbiasError` naming the least
-    budget when `budget` cannot give each job the trials its intervals need."""
+    """The jobs that diagnose `facts.name` within `budget` trials, every one at `batch_size` questions a
+    prompt. Raises `PosbiasError` naming the least budget when `budget` cannot give each job the trials its
+    intervals need."""
     window = facts.sliding_window if facts.sliding_window_layers else None
     fillers = (0, round(0.8 * window)) if window else (0, _far(facts))
     is_fake = engines.declared(str(engine)).reads_fake
@@ -54,7 +59,7 @@ def plan_battery(
         "model": facts.name,
         "revision": facts.revision,
         "engine": {"name": str(engine)},
-        "batch_sizes": [BATCH_SIZE],
+        "batch_sizes": [batch_size],
         "answer_mode": "constrained",
         "answer_order": "random",
         "filler": {"tokens": list(fillers), "where": "end"},
@@ -81,7 +86,7 @@ def plan_battery(
             f"a budget of {budget:,} trials leaves {max(iterations, 0)} sampled sets a job; give --budget "
             f"{least:,} or more ({MIN_CLUSTERS} sets per filler length and job at least)"
         )
-    digest = _digest(facts, engine=engine, budget=budget, fake=fake, seed=seed)
+    digest = _digest(facts, engine=engine, budget=budget, fake=fake, seed=seed, batch_size=batch_size)
     jobs = [
         BatteryJob(
             line=Line.behaviour,
@@ -121,7 +126,7 @@ def plan_battery(
         model=facts.name,
         facts=facts,
         budget=budget,
-        batch_size=BATCH_SIZE,
+        batch_size=batch_size,
         digest=digest,
         jobs=tuple(jobs),
         notes=tuple(notes),
@@ -150,9 +155,12 @@ def _variants(facts: ModelInfo, *, fake: FakeSpec | None, window: int | None) ->
     return found
 
 
-def _digest(facts: ModelInfo, *, engine: str, budget: int, fake: FakeSpec | None, seed: int) -> str:
-    """The plan's identity: the same model, engine, budget and seed give the same jobs' keys."""
-    data = [
+def _digest(
+    facts: ModelInfo, *, engine: str, budget: int, fake: FakeSpec | None, seed: int, batch_size: int
+) -> str:
+    """The plan's identity: the same model, engine, budget, seed and batch size give the same jobs' keys
+    (the default batch size leaves the digest as it was before it could change)."""
+    data: list[object] = [
         facts.name,
         facts.revision,
         str(engine),
@@ -160,6 +168,8 @@ def _digest(facts: ModelInfo, *, engine: str, budget: int, fake: FakeSpec | None
         seed,
         None if fake is None else fake.model_dump(mode="json"),
     ]
+    if batch_size != BATCH_SIZE:
+        data.append(batch_size)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -1,6 +1,6 @@
 """A diagnosis as one self-contained HTML page: the verdict per suspect, each line's finding with its
-interval, every number linked to the job it comes from (as `posbias view` serves it: `/job/<id>`, and for
-a variant `/compare?a=<id>:baseline&b=<id>:<variant>`)."""
+interval, every number linked to the jobs it comes from as `posbias view` serves them (`/job/<id>`, whose page
+draws each of the job's variants: the variant a finding compares with the baseline is named beside it)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ STYLE = (
 
 
 def diagnosis_page(diagnosis: Diagnosis, *, base_url: str = "") -> str:
-    """The page's HTML; links are relative to `base_url` (a viewer's address, or empty)."""
+    """The page's HTML; links are relative to `base_url` (a viewer's address, or empty: the viewer's own
+    pages)."""
+    base_url = base_url.rstrip("/")
     rows = []
     for verdict in diagnosis.suspects:
         span = len(verdict.findings)
@@ -41,7 +43,8 @@ def diagnosis_page(diagnosis: Diagnosis, *, base_url: str = "") -> str:
         f"{html.escape(diagnosis.model)}</title><style>{STYLE}</style></head><body>"
         f"<h1>Diagnosis of {html.escape(diagnosis.model)}</h1>"
         f"<p>{html.escape(diagnosis.summary)} Batch size {diagnosis.batch_size}; jobs {jobs}.</p>"
-        "<table><tr><th>suspect</th><th>verdict</th><th>line</th><th>call</th><th>measure</th>"
+        + _viewer_note(base_url)
+        + "<table><tr><th>suspect</th><th>verdict</th><th>line</th><th>call</th><th>measure</th>"
         "<th>effect (points, 95%)</th><th>why</th></tr>" + "".join(rows) + "</table></body></html>\n"
     )
 
@@ -57,15 +60,22 @@ def interval_text(effect: Interval | None) -> str:
 
 def _number(finding: Finding, base_url: str) -> str:
     text = interval_text(finding.effect) or (f"+/-{finding.bound:.1f}" if finding.bound is not None else "")
-    if not finding.job_ids or not text:
+    if not finding.job_ids:
         return html.escape(text)
-    job = finding.job_ids[0]
-    href = (
-        f"{base_url}/compare?a={job}:baseline&amp;b={job}:{html.escape(finding.variant)}"
-        if finding.variant
-        else f"{base_url}/job/{job}"
-    )
-    return f'<a href="{href}">{html.escape(text)}</a> (job {job})'
+    # A job's page in `posbias view` draws every variant of it, the baseline and the variant compared here
+    # among them (the viewer's /compare takes two jobs, not two variants of one).
+    first = f"{base_url}/job/{finding.job_ids[0]}"
+    number = f'<a class="number" href="{first}">{html.escape(text)}</a> ' if text else ""
+    links = ", ".join(f'<a class="job" href="{base_url}/job/{j}">{j}</a>' for j in finding.job_ids)
+    variant = f", variant {html.escape(finding.variant)}" if finding.variant else ""
+    return f"{number}(job{'s' if len(finding.job_ids) > 1 else ''} {links}{variant})"
+
+
+def _viewer_note(base_url: str) -> str:
+    if not base_url.startswith("http://127.0.0.1:"):
+        return ""
+    port = base_url.rsplit(":", 1)[1]
+    return f'<p class="viewer">Each number opens its job in <code>posbias view --port {port}</code>.</p>'
 
 
 def _cls(call: str) -> str:

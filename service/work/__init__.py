@@ -16,6 +16,7 @@ from __future__ import annotations
 from posbias.schemas.lazy import lazy_face
 
 _HOMES: dict[str, str] = {
+    "ContextError": "posbias.service.work.context",
     "check_model_name": "posbias.service.work.model_names",
     "check_pool": "posbias.service.work.datasets",
     "load_questions": "posbias.service.work.datasets",

@@ -36,6 +36,11 @@ CHARS_PER_TOKEN = 2.0
 """Without the model's tokenizer: a bound on English text (BPE tokenizers average 3 to 4 characters)."""
 
 
+class ContextError(PosbiasError):
+    """A job's prompts plus their answers do not fit the model's own context (not a setting to change): a
+    caller that chooses the batch size (`posbias diagnose`) tries a smaller one."""
+
+
 @dataclass(frozen=True)
 class Longest:
     """The longest prompt of a job plus its answer budget."""
@@ -174,7 +179,7 @@ def context_for(
             f"tokens plus {longest.answer_tokens:,} for the answers"
         )
         if model_limit is not None and longest.tokens > model_limit:
-            raise PosbiasError(
+            raise ContextError(
                 f"{where}, more than the model's context of {model_limit:,} tokens; use smaller batch sizes "
                 f"(the largest is {longest.batch_size}), less filler, fewer answer tokens or a model with a "
                 "longer context"
