@@ -75,9 +75,19 @@ class Finding(Record):
     line: Line = Field(description="The line of evidence.")
     call: Call = Field(description="Implicated, ruled out, cannot tell, or not tested by this line.")
     measure: str = Field(description="What was measured, e.g. `step at the window (explain)`.")
-    effect: Interval | None = Field(None, description="The effect in accuracy points with its 95% interval.")
-    bound: float | None = Field(None, description="Ruled out: no effect larger than +/- this many points.")
-    reason: str = Field(description="Why this call; for `cannot tell`, what would settle it.")
+    effect: Interval | None = Field(None, description="The effect with its 95% interval, in `unit`.")
+    unit: str = Field(
+        "points",
+        description="The effect's unit: `points` (accuracy points), `AUROC` (attention predicting "
+        "correctness; 0.5 is none) or `%` (a relative change of attention).",
+    )
+    bound: float | None = Field(None, description="Ruled out: no effect larger than +/- this, in `unit`.")
+    reason: str = Field(description="Why this call.")
+    settle: str | None = Field(
+        None,
+        description="For `cannot tell`: what would settle it: a larger budget (the command, the trials and "
+        "prompt tokens it adds) or a change of design.",
+    )
     job_ids: tuple[int, ...] = Field((), description="The jobs the number comes from.")
     variant: str | None = Field(None, description="The variant compared with the baseline, if any.")
 

@@ -15,7 +15,7 @@ from posbias.schemas import UsageError
 
 if TYPE_CHECKING:
     from posbias.schemas import Interval
-    from posbias.schemas.diagnosis import Battery, DiagnoseOutcome, Diagnosis
+    from posbias.schemas.diagnosis import Battery, DiagnoseOutcome, Diagnosis, Finding
 
 
 def register(app: typer.Typer) -> None:
@@ -127,13 +127,14 @@ def print_costs(outcome: DiagnoseOutcome) -> None:
 
 
 def print_diagnosis(diagnosis: Diagnosis) -> None:
-    """One row per suspect and line that tested it: the call and its number (points, 95%) with its job;
-    then per suspect whether the lines agree, and why each line called it so."""
-    table = Table("suspect", "verdict", "line", "call", "effect (points)", "job")
+    """One row per suspect and line that tested it: the call and its number (95%; accuracy points unless it
+    says AUROC or %) with its job; then per suspect whether the lines agree, why each line called it so, and
+    for `cannot tell` what would settle it."""
+    table = Table("suspect", "verdict", "line", "call", "effect (points, 95%)", "job")
     for verdict in diagnosis.suspects:
         tested = [f for f in verdict.findings if f.call.value != "not tested"]
         for i, f in enumerate(tested):
-            number = interval_text(f.effect) or (f"+/-{f.bound:.1f}" if f.bound is not None else "")
+            number = effect_text(f)
             job = ",".join(map(str, f.job_ids)) + (f":{f.variant}" if f.variant else "")
             first = i == 0
             suspect, call = (verdict.suspect.value, verdict.call.value) if first else ("", "")
@@ -144,13 +145,25 @@ def print_diagnosis(diagnosis: Diagnosis) -> None:
         for f in verdict.findings:
             if f.call.value != "not tested":
                 out.print(f"  {f.line.value}, {f.measure}: {f.reason}")
+                if f.settle and f.settle != f.reason:
+                    out.print(f"    to settle: {f.settle}")
     out.print(f"diagnosis: {diagnosis.summary}")
 
 
-def interval_text(effect: Interval | None) -> str:
+def effect_text(finding: Finding) -> str:
+    """A finding's number: its interval in its unit (`+0.62 (+0.55 to +0.69) AUROC`), else its bound."""
+    unit = finding.unit
+    digits = 2 if unit == "AUROC" else 1
+    text = interval_text(finding.effect, digits=digits)
+    if not text:
+        return f"+/-{finding.bound:.{digits}f}" if finding.bound is not None else ""
+    return text if unit == "points" else f"{text} {unit}"
+
+
+def interval_text(effect: Interval | None, *, digits: int = 1) -> str:
     """`-29.8 (-35.1 to -24.5)`; empty for none."""
     if effect is None or effect.estimate is None:
         return ""
     if effect.low is None or effect.high is None:
-        return f"{effect.estimate:+.1f}"
-    return f"{effect.estimate:+.1f} ({effect.low:+.1f} to {effect.high:+.1f})"
+        return f"{effect.estimate:+.{digits}f}"
+    return f"{effect.estimate:+.{digits}f} ({effect.low:+.{digits}f} to {effect.high:+.{digits}f})"

@@ -9,7 +9,9 @@ Three lines of evidence, each an ordinary job:
   config allows (`global-only` where layers slide, `rope-base:x4` where the RoPE base is known, and on the
   fake engine a position gap); `compare` reads each against the baseline, paired.
 - mechanism: the hf engine's attention by layer kind on a small subset, with and without a position gap,
-  when the model is small enough for one device (never on the fake engine, which records no attention).
+  and the same trials answered on the battery's engine (the answers the attention is scored against: an hf
+  job teacher-forces its sheet), when the model is small enough for one device (never on the fake engine,
+  which records no attention).
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ FAR = 4096
 HF_MAX_PARAMETERS = 10_000_000_000
 """Largest model the mechanism line plans the hf engine for (one device; bigger needs its own plan)."""
 MECHANISM_TRIALS = 16
-"""Trials of each hf job: attention is read per answer and layer, so a small subset says where it goes."""
+"""Sampled sets per filler length of each mechanism job at least: attention is read per answer and layer, so
+a small subset says where it goes."""
+MECHANISM_SHARE = 125
+"""Budget trials per mechanism sampled set beyond the least: the mechanism jobs take about 5% of the budget
+(16 sets a filler length at the default 2,000), so a larger --budget narrows the mechanism line's intervals
+as it does the others'."""
 
 
 def plan_battery(
@@ -76,7 +83,8 @@ def plan_battery(
         notes.append("mechanism: the fake engine records no attention; on a real model, hf jobs read it")
     elif not mechanism:
         notes.append(f"mechanism: {facts.num_parameters:,} parameters is more than one device's hf plan")
-    reserved = 2 * MECHANISM_TRIALS * len(fillers) if mechanism else 0
+    sets = max(MECHANISM_TRIALS, budget // MECHANISM_SHARE)
+    reserved = 3 * sets * len(fillers) if mechanism else 0
     shares = 1 + len(variants) + (1 if variants else 0)  # behaviour, then baseline + each variant
     per_share = (budget - reserved) // shares
     iterations = per_share // len(fillers)
@@ -108,7 +116,7 @@ def plan_battery(
             )
         )
     if mechanism:
-        hf = {**base, "seed": seed + 2, "iterations": MECHANISM_TRIALS, "answer_mode": "constrained"}
+        hf = {**base, "seed": seed + 2, "iterations": sets, "answer_mode": "constrained"}
         for name, gap in (("mechanism", None), ("mechanism-gap", _far(facts))):
             options: dict[str, object] = {"name": _attention_engine(), "answer_sheet": "gold"}
             if gap is not None:
@@ -122,6 +130,14 @@ def plan_battery(
                     spec=JobSpec.build({**hf, "engine": options}, source="diagnose's plan"),
                 )
             )
+        jobs.append(
+            BatteryJob(
+                line=Line.mechanism,
+                purpose="the hf jobs' trials answered on this engine: what their attention is scored against",
+                key=f"diagnose/{digest}/mechanism-scored",
+                spec=JobSpec.build(hf, source="diagnose's plan"),
+            )
+        )
     return Battery(
         model=facts.name,
         facts=facts,

@@ -35,7 +35,7 @@ def diagnosis_page(diagnosis: Diagnosis, *, base_url: str = "") -> str:
                 f"<tr>{head}<td>{finding.line.value}</td>"
                 f'<td class="{_cls(finding.call.value)}">{finding.call.value}</td>'
                 f"<td>{html.escape(finding.measure)}</td><td>{_number(finding, base_url)}</td>"
-                f"<td>{html.escape(finding.reason)}</td></tr>"
+                f"<td>{html.escape(finding.reason)}{_settle(finding)}</td></tr>"
             )
     jobs = ", ".join(f'<a href="{base_url}/job/{j}">{j}</a>' for j in diagnosis.job_ids)
     return (
@@ -45,21 +45,34 @@ def diagnosis_page(diagnosis: Diagnosis, *, base_url: str = "") -> str:
         f"<p>{html.escape(diagnosis.summary)} Batch size {diagnosis.batch_size}; jobs {jobs}.</p>"
         + _viewer_note(base_url)
         + "<table><tr><th>suspect</th><th>verdict</th><th>line</th><th>call</th><th>measure</th>"
-        "<th>effect (points, 95%)</th><th>why</th></tr>" + "".join(rows) + "</table></body></html>\n"
+        "<th>effect (points, 95%)</th><th>why (and what would settle it)</th></tr>"
+        + "".join(rows)
+        + "</table></body></html>\n"
     )
 
 
-def interval_text(effect: Interval | None) -> str:
+def interval_text(effect: Interval | None, *, digits: int = 1) -> str:
     """`-29.8 (-35.1 to -24.5)`; empty for none."""
     if effect is None or effect.estimate is None:
         return ""
     if effect.low is None or effect.high is None:
-        return f"{effect.estimate:+.1f}"
-    return f"{effect.estimate:+.1f} ({effect.low:+.1f} to {effect.high:+.1f})"
+        return f"{effect.estimate:+.{digits}f}"
+    return f"{effect.estimate:+.{digits}f} ({effect.low:+.{digits}f} to {effect.high:+.{digits}f})"
+
+
+def _settle(finding: Finding) -> str:
+    if not finding.settle or finding.settle == finding.reason:
+        return ""
+    return f"<br><i>to settle:</i> {html.escape(finding.settle)}"
 
 
 def _number(finding: Finding, base_url: str) -> str:
-    text = interval_text(finding.effect) or (f"+/-{finding.bound:.1f}" if finding.bound is not None else "")
+    digits = 2 if finding.unit == "AUROC" else 1
+    text = interval_text(finding.effect, digits=digits) or (
+        f"+/-{finding.bound:.{digits}f}" if finding.bound is not None else ""
+    )
+    if text and finding.unit != "points":
+        text = f"{text} {finding.unit}"
     if not finding.job_ids:
         return html.escape(text)
     # A job's page in `posbias view` draws every variant of it, the baseline and the variant compared here

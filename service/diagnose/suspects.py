@@ -23,6 +23,7 @@ from posbias.schemas.diagnosis import (
     SuspectVerdict,
 )
 from posbias.schemas.explanation import Effect, Explanation
+from posbias.service.diagnose import mechanism, settle
 from posbias.service.reports import curves
 from posbias.service.store import Database
 
@@ -33,6 +34,8 @@ INTERVENTION_BOUND = 5.0
 ALONE = 0.05
 """Explain's level: a group's third member whose own test's p is at least this does not move the group."""
 MORE = "more iterations (a larger --budget) would narrow it"
+"""The end of a `cannot tell` reason that a larger budget would settle: `settle.settled` replaces it with the
+command and what it costs (`Finding.settle`)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,10 @@ class Evidence:
     options: OptionsView
     compared: Mapping[str, Comparison]
     """Variant name -> the variant minus the baseline, paired (compare)."""
+    mechanism: mechanism.MechanismEvidence | None = None
+    """The hf jobs' attention (`service/diagnose/mechanism.py`); None without them."""
+    tokens_per_trial: float | None = None
+    """Mean prompt tokens of the battery's rendered trials: what a larger budget costs."""
 
 
 def read_diagnosis(db: Database, battery: Battery, job_ids: Mapping[str, int]) -> Diagnosis:
@@ -54,7 +61,7 @@ def read_diagnosis(db: Database, battery: Battery, job_ids: Mapping[str, int]) -
 
 def gather(db: Database, battery: Battery, job_ids: Mapping[str, int]) -> Evidence:
     """Read the battery's evidence from the store: explain and options of the behaviour job, compare of each
-    variant with the baseline."""
+    variant with the baseline, the mechanism jobs' attention."""
     n = battery.batch_size
     by_line = {job.line: job for job in battery.jobs}
     behaviour = job_ids[by_line[Line.behaviour].key]
@@ -66,7 +73,13 @@ def gather(db: Database, battery: Battery, job_ids: Mapping[str, int]) -> Eviden
         job = CurveQuery(job_id=job_ids[intervention.key], variant=BASELINE)
         for name in intervention.spec.names[1:]:
             compared[name] = curves.compare(db, job, job.model_copy(update={"variant": name}), batch_size=n)
-    return Evidence(explanation=explanation, options=options, compared=compared)
+    return Evidence(
+        explanation=explanation,
+        options=options,
+        compared=compared,
+        mechanism=mechanism.gather(db, battery, job_ids),
+        tokens_per_trial=settle.tokens_per_trial(db, job_ids.values()),
+    )
 
 
 def judge(battery: Battery, evidence: Evidence, job_ids: Mapping[str, int]) -> Diagnosis:
@@ -127,9 +140,18 @@ def judge(battery: Battery, evidence: Evidence, job_ids: Mapping[str, int]) -> D
             )
         )
 
-    mechanism = [job for job in battery.jobs if job.line is Line.mechanism]
     for suspect, findings in found.items():
-        findings.append(_mechanism(suspect, [job_ids[j.key] for j in mechanism]))
+        findings.append(mechanism.finding(suspect, evidence.mechanism, window=window))
+        findings[:] = [
+            settle.settled(
+                f,
+                battery=battery,
+                tokens=evidence.tokens_per_trial,
+                bounds={Line.behaviour: BEHAVIOUR_BOUND, Line.intervention: INTERVENTION_BOUND},
+                more=MORE,
+            )
+            for f in findings
+        ]
 
     verdicts = []
     for suspect, findings in found.items():
@@ -436,25 +458,6 @@ def _intervention(
         f"direction: {MORE}",
         job_ids=job_ids,
         variant=name,
-    )
-
-
-def _mechanism(suspect: Suspect, job_ids: Sequence[int]) -> Finding:
-    if not job_ids:
-        return Finding(
-            line=Line.mechanism,
-            call=Call.not_tested,
-            measure="attention by layer kind",
-            reason="no hf job in the battery (the fake engine records no attention, or the model is too big)",
-        )
-    listed = ", ".join(map(str, job_ids))
-    return Finding(
-        line=Line.mechanism,
-        call=Call.cannot_tell,
-        measure="attention by layer kind (hf)",
-        reason=f"read `posbias explain {listed}` (its attention section); attention is not yet weighed "
-        f"into a verdict of the {suspect.value}",
-        job_ids=tuple(job_ids),
     )
 
 

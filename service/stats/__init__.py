@@ -37,6 +37,7 @@ _HOMES: dict[str, str] = {
 _MODULES: tuple[str, ...] = (
     "attention_curve",
     "attention_explain",
+    "attention_gap",
     "bootstrap",
     "comparison",
     "options",

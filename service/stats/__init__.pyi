@@ -18,6 +18,7 @@ from posbias.service.stats.window_step import BREAK_RESAMPLES as BREAK_RESAMPLES
 
 from . import attention_curve as attention_curve
 from . import attention_explain as attention_explain
+from . import attention_gap as attention_gap
 from . import bootstrap as bootstrap
 from . import comparison as comparison
 from . import options as options
@@ -35,6 +36,7 @@ __all__ = [
     "TrialData",
     "attention_curve",
     "attention_explain",
+    "attention_gap",
     "blocks",
     "bootstrap",
     "comparison",

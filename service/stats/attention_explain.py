@@ -369,56 +369,65 @@ def explain_attention(
 ) -> list[AttentionExplanation]:
     """The attention section of each `hf` job among, or paired with, `job_ids`. `NotFoundError` when none
     has attention rows."""
-    sections = []
-    for hf, scored in pairs(db, job_ids):
-        with db.read() as session:
-            rows = [
-                dict(row._mapping)
-                for row in session.execute(
-                    sa.text(
-                        'SELECT t."index" AS trial, a.batch_size, a.position, a.layer_kind, '
-                        "a.token_distance, a.query_tokens, a.own_mean, a.own_max "
-                        "FROM attention AS a JOIN trials AS t ON t.id = a.trial_id "
-                        "WHERE a.job_id = :j AND a.variant = :v"
-                    ),
-                    {"j": hf, "v": variant},
-                )
-            ]
-            if not rows:
-                continue
-            window = session.execute(
-                sa.text(
-                    'SELECT max("window") FROM attention_layers '
-                    "WHERE job_id = :j AND variant = :v AND kind = 'sliding'"
-                ),
-                {"j": hf, "v": variant},
-            ).scalar_one_or_none()
-            model = session.execute(sa.text("SELECT model FROM jobs WHERE id = :j"), {"j": hf}).scalar_one()
-            correct = None
-            if scored is not None:
-                answers = session.execute(
-                    sa.text(
-                        'SELECT t."index", r.position, r.correct FROM results AS r JOIN trials AS t '
-                        "ON t.id = r.trial_id "
-                        "WHERE r.job_id = :j AND t.variant = :v AND r.predicted IS NOT NULL"
-                    ),
-                    {"j": scored, "v": variant},
-                ).all()
-                correct = {(int(i), int(p)): bool(c) for i, p, c in answers}
-        sections.append(
-            summarise(
-                rows,
-                correct,
-                model=model,
-                job_id=hf,
-                scored_job_id=scored,
-                variant=variant,
-                window=None if window is None else int(window),
-                resamples=resamples,
-            )
-        )
+    sections = [
+        found
+        for hf, scored in pairs(db, job_ids)
+        if (found := explain_pair(db, hf, scored, variant=variant, resamples=resamples)) is not None
+    ]
     if not sections:
         raise NotFoundError(
             "no attention figures for these jobs: run an hf job (engine: {name: hf}) on the same trials"
         )
     return sections
+
+
+def explain_pair(
+    db: Database, hf: int, scored: int | None, *, variant: str = BASELINE, resamples: int = RESAMPLES
+) -> AttentionExplanation | None:
+    """The attention section of `hf` job's `variant`, its AUROC against the answers of job `scored` (a job
+    of the same trials that answered; None: no AUROC); None when the job has no attention rows."""
+    with db.read() as session:
+        rows = [
+            dict(row._mapping)
+            for row in session.execute(
+                sa.text(
+                    'SELECT t."index" AS trial, a.batch_size, a.position, a.layer_kind, '
+                    "a.token_distance, a.query_tokens, a.own_mean, a.own_max "
+                    "FROM attention AS a JOIN trials AS t ON t.id = a.trial_id "
+                    "WHERE a.job_id = :j AND a.variant = :v "
+                    'ORDER BY t."index", a.position, a.layer'  # the same sums, bit for bit, every read
+                ),
+                {"j": hf, "v": variant},
+            )
+        ]
+        if not rows:
+            return None
+        window = session.execute(
+            sa.text(
+                'SELECT max("window") FROM attention_layers '
+                "WHERE job_id = :j AND variant = :v AND kind = 'sliding'"
+            ),
+            {"j": hf, "v": variant},
+        ).scalar_one_or_none()
+        model = session.execute(sa.text("SELECT model FROM jobs WHERE id = :j"), {"j": hf}).scalar_one()
+        correct = None
+        if scored is not None:
+            answers = session.execute(
+                sa.text(
+                    'SELECT t."index", r.position, r.correct FROM results AS r JOIN trials AS t '
+                    "ON t.id = r.trial_id "
+                    "WHERE r.job_id = :j AND t.variant = :v AND r.predicted IS NOT NULL"
+                ),
+                {"j": scored, "v": variant},
+            ).all()
+            correct = {(int(i), int(p)): bool(c) for i, p, c in answers}
+    return summarise(
+        rows,
+        correct,
+        model=model,
+        job_id=hf,
+        scored_job_id=scored,
+        variant=variant,
+        window=None if window is None else int(window),
+        resamples=resamples,
+    )

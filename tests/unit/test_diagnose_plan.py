@@ -23,14 +23,18 @@ LLAMA = ModelInfo(name="llama", num_layers=16, rope_theta=500000.0, context_leng
 def test_a_model_with_a_window_gets_filler_on_both_sides_of_it_and_global_only() -> None:
     battery = plan_battery(GEMMA2, budget=4000)
     lines = [job.line for job in battery.jobs]
-    assert lines == [Line.behaviour, Line.intervention, Line.mechanism, Line.mechanism]
+    assert lines == [Line.behaviour, Line.intervention, Line.mechanism, Line.mechanism, Line.mechanism]
     behaviour = battery.jobs[0].spec
     assert behaviour.answer_order.value == "random"
     assert behaviour.filler is not None and behaviour.filler.tokens == (0, 3277)
     assert battery.jobs[1].spec.names == ("baseline", "global-only", "rope-base:x4")
     assert battery.jobs[1].spec.seed != behaviour.seed  # independent trials for an independent line
-    hf = [job.spec.engine for job in battery.jobs[2:]]
+    hf = [job.spec.engine for job in battery.jobs[2:4]]
     assert [e.name for e in hf] == ["hf", "hf"] and [e.position_gap for e in hf] == [None, 2048]
+    # The attention is scored against answers of the same trials that the model gave (not a sheet).
+    plain, scored = battery.jobs[2].spec, battery.jobs[4].spec
+    assert scored.engine.name == "vllm" and scored.seed == plain.seed
+    assert scored.iterations == plain.iterations and scored.filler == plain.filler
     assert battery.total_trials <= 4000
 
 
