@@ -139,7 +139,7 @@ class SharedReads(StoreReads):
             derived.append(data)
         # A filler sweep's position curves are one per filler length, of other sums: none to draw with.
         self._paired = [data for data in derived if len(data.filler_levels()) == 1]
-        return DistanceColumns.concatenate(parts), clusters
+        return (parts[0] if len(parts) == 1 else DistanceColumns.concatenate(parts)), clusters
 
     def draws(self, data: TrialData, *, resamples: int, seed: int) -> bootstrap.Resampled:
         """`bootstrap.single`'s draws: a distance curve's made together with those of its batch size's
