@@ -6,9 +6,14 @@ against the job without.
 Per (trial, position, global layer) both jobs recorded own-question attention (head mean). The change is the
 ratio of their sums over the pairs both have, gap over plain, as a percent change (-100%: the gap takes all
 of it; 0: none), so each answer counts by the attention it had, and no answer's tiny mass can blow a ratio
-up. Its 95% interval is a percentile bootstrap over whole trials (an answer's layers and the answers of one
-prompt are not independent), the pairs kept together: a trial drawn k times adds k times its sums to both
-jobs. `benchmarks/mechanism_coverage.py` checks its coverage by simulation (`gap-*` settings).
+up. Its 95% interval is a studentized bootstrap over whole trials (an answer's layers and the answers of one
+prompt are not independent), the pairs kept together (a trial drawn k times adds k times its sums to both
+jobs), on the log of the ratio: each resample's log ratio, less the estimate, over its own standard error
+by trial (the delta method: a trial's share of the gapped sum less its share of the plain one), gives the
+quantiles the estimate's standard error is scaled by. `benchmarks/mechanism_coverage.py` checks its
+coverage by simulation (`gap-*` settings: 0.93-0.97 at 16 and 64 trials); the percentile bootstrap of the
+ratio held 0.91-0.94 on the same worlds (400 draws each), and 0.86 at 16 trials of widely varying ratios,
+where this one held 0.91.
 """
 
 from __future__ import annotations
@@ -69,13 +74,8 @@ def gap_change(
         return None
     change = 100.0 * (after.sum() / before.sum() - 1.0)
     low = high = None
-    if len(trials) >= MIN_CLUSTERS:
-        rng = np.random.default_rng(_SEED)
-        counts = rng.multinomial(len(trials), np.full(len(trials), 1.0 / len(trials)), size=resamples)
-        sums = counts @ before
-        kept = sums > 0
-        ratios = 100.0 * ((counts @ after)[kept] / sums[kept] - 1.0)
-        low, high = (float(v) for v in np.quantile(ratios, [0.025, 0.975]))
+    if len(trials) >= MIN_CLUSTERS and after.sum() > 0:
+        low, high = _interval(before, after, resamples=resamples)
     return GapChange(
         trials=len(trials),
         pairs=len(shared),
@@ -84,6 +84,34 @@ def gap_change(
         change=float(change),
         low=low,
         high=high,
+    )
+
+
+def _interval(before: np.ndarray, after: np.ndarray, *, resamples: int) -> tuple[float, float]:
+    """The studentized bootstrap's 95% interval of the percent change, from each trial's sums."""
+    count = len(before)
+    scale = count / (count - 1)
+
+    def spread(c: np.ndarray, plain: np.ndarray, gapped: np.ndarray) -> np.ndarray:
+        # The delta method's variance of log(sum gapped / sum plain), each trial weighted by its count.
+        square = c @ (after * after) / gapped**2 - 2 * (c @ (after * before)) / (gapped * plain)
+        found: np.ndarray = np.sqrt(np.maximum(scale * (square + c @ (before * before) / plain**2), 0.0))
+        return found
+
+    estimate = float(np.log(after.sum() / before.sum()))
+    error = float(spread(np.ones(count), np.array(before.sum()), np.array(after.sum())))
+    if error == 0.0:
+        return 100.0 * (np.exp(estimate) - 1.0), 100.0 * (np.exp(estimate) - 1.0)
+    rng = np.random.default_rng(_SEED)
+    counts = rng.multinomial(count, np.full(count, 1.0 / count), size=resamples).astype(np.float64)
+    plain, gapped = counts @ before, counts @ after
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pivots = (np.log(gapped / plain) - estimate) / spread(counts, plain, gapped)
+    pivots = pivots[np.isfinite(pivots)]
+    low, high = np.quantile(pivots, [0.025, 0.975])
+    return (
+        float(100.0 * (np.exp(estimate - high * error) - 1.0)),
+        float(100.0 * (np.exp(estimate - low * error) - 1.0)),
     )
 
 

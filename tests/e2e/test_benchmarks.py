@@ -154,6 +154,27 @@ def test_coverage_program_prints_a_rate_per_statistic(mmlu_dir: Path, tmp_path: 
         )
 
 
+def test_mechanism_coverage_program_prints_coverage_and_calls(mmlu_dir: Path, tmp_path: Path) -> None:
+    out = run_benchmark(
+        "mechanism_coverage.py",
+        "--reps",
+        "3",
+        "--only",
+        "window-none,gap-decay",
+        mmlu_dir=mmlu_dir,
+        tmp_path=tmp_path,
+    )
+    for setting, statistic in (
+        ("window-none", "sliding AUROC covers the truth (0.5"),
+        ("window-none", "window ruled out"),
+        ("gap-decay", "gap change covers the truth (-40%)"),
+        ("gap-decay", "RoPE implicated"),
+    ):
+        assert re.search(
+            rf"^{setting}\s+{re.escape(statistic)}.*\s+{NUMBER}\s+{NUMBER}-{NUMBER}", out, re.M
+        ), out
+
+
 @pytest.mark.vllm
 def test_served_benchmark_prints_its_ratios(mmlu_dir: Path, tmp_path: Path) -> None:
     out = run_benchmark(
