@@ -111,7 +111,7 @@ class Guard:
                 break
             label, *cells = re.split(r"\s{2,}", line.strip())
             for size, cell in zip(sizes, cells, strict=False):
-                both = re.fullmatch(rf"({_NUMBER}) s, ({_NUMBER}) MB", cell)
+                both = re.fullmatch(rf"({_NUMBER}) s(?: \({_NUMBER} s CPU\))?, ({_NUMBER}) MB", cell)
                 page = re.fullmatch(rf"({_NUMBER}) MB", cell)
                 if both:
                     found[label, size] = ViewFigure(_number(both.group(1)), _number(both.group(2)))

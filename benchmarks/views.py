@@ -170,14 +170,18 @@ class Measured:
     """The report page's size (report), or None."""
     also: dict[str, Measured] = field(default_factory=dict)
     """Rows of their own that the same run measured (the viewer's later GETs)."""
+    cpu: float | None = None
+    """CPU seconds of the command (user and system, GNU time's), beside its wall time: on a shared machine
+    the wall time grows with the load, the CPU time much less; None where not measured (the viewer)."""
 
     def cell(self) -> str:
-        """The table's cell: `seconds s, MB MB`, or the problem (never two spaces in a row)."""
+        """The table's cell: `seconds s (cpu s CPU), MB MB`, or the problem (never two spaces in a row)."""
         if self.problem == "error":
             return "error"
         if self.problem is not None:
             return f"{self.problem} at {self.seconds:.0f} s, {self.peak_mb:,.0f} MB"
-        return f"{self.seconds:.2f} s, {self.peak_mb:,.0f} MB"
+        cpu = f" ({self.cpu:.2f} s CPU)" if self.cpu is not None else ""
+        return f"{self.seconds:.2f} s{cpu}, {self.peak_mb:,.0f} MB"
 
 
 class Sampler:
@@ -236,16 +240,27 @@ def _with_peak(command: list[str], cwd: Path) -> list[str]:
     process starts with this process's pages counted, and the kernel keeps that maximum across `exec`.)"""
     if not GNU_TIME.exists():
         return command
-    return [str(GNU_TIME), "-f", "%M", "-o", str(cwd / "peak.txt"), *command]
+    return [str(GNU_TIME), "-f", "%M %U %S", "-o", str(cwd / "peak.txt"), *command]
 
 
 def _peak(sampled: int, cwd: Path) -> float:
     """MB: the larger of the sampled peak (bytes) and GNU time's."""
-    try:
-        kib = int((cwd / "peak.txt").read_text().split()[-1])
-    except (OSError, ValueError, IndexError):
-        kib = 0
+    kib = _gnu_time(cwd)[0]
     return max(sampled, kib * 1024) / MB
+
+
+def _cpu(cwd: Path) -> float | None:
+    """The command's CPU seconds (user + system) as GNU time wrote them; None without them."""
+    return _gnu_time(cwd)[1]
+
+
+def _gnu_time(cwd: Path) -> tuple[int, float | None]:
+    """GNU time's last line in `cwd/peak.txt`: the largest resident set (KiB) and the CPU seconds."""
+    try:
+        kib, user, system = (cwd / "peak.txt").read_text().split()[-3:]
+        return int(kib), float(user) + float(system)
+    except (OSError, ValueError):
+        return 0, None
 
 
 def run_command(
@@ -281,7 +296,7 @@ def run_command(
         return Measured(
             seconds, peak, problem="error", detail=f"exit {process.returncode}: " + " | ".join(lines[-3:])
         )
-    return Measured(seconds, peak)
+    return Measured(seconds, peak, cpu=_cpu(cwd))
 
 
 def run_viewer(
@@ -839,7 +854,7 @@ GOALS: tuple[Goal, ...] = (
     Goal(ALL_ROWS, 5_000_000, megabytes=1_000),
 )
 LABEL_WIDTH = 34
-CELL_WIDTH = 28
+CELL_WIDTH = 36
 
 
 def rows_of(measured: dict[str, Measured]) -> dict[str, Measured]:
@@ -865,7 +880,10 @@ def cell(label: str, figures: Measured | None) -> str:
 
 def print_table(database: str, sizes: Sequence[int], rows: dict[int, dict[str, Measured]]) -> None:
     """One store's table: a row per view, a column per size (`Guard.views` reads it back)."""
-    print(f"\n{database}: seconds and peak MB of each command's process tree (the viewer: its server's)")
+    print(
+        f"\n{database}: seconds (CPU seconds) and peak MB of each command's process tree (the viewer: its "
+        "server's)"
+    )
     header = "".join(f"{f'{size:,} results':<{CELL_WIDTH}}" for size in sizes)
     print(f"  {'view':<{LABEL_WIDTH}}{header}".rstrip())
     labels = list(dict.fromkeys(label for size in sizes for label in rows.get(size, {})))
