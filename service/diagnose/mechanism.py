@@ -6,13 +6,15 @@ job teacher-forces its answer sheet, so its own answers say nothing of the model
   attention on a question a window or more back (`sliding_beyond_max`, the largest head, 0: the mask), and
   whether the own-question attention the sliding layers carry predicts correctness at a fixed position (the
   sliding layers' AUROC, within (batch size, position) cells, against the scored job's answers, with its 95%
-  bootstrap-by-trial interval). Implicated when the interval lies above 0.5 (the attention the window takes
-  away is attention the answers need); ruled out when it lies within 0.5 +/- `AUROC_BOUND`.
+  bootstrap-by-trial interval). Ruled out when the interval lies within 0.5 +/- `AUROC_BOUND` (attention
+  that predicts next to nothing, whether or not its interval leaves out 0.5); else implicated when it lies
+  above 0.5 (the attention the window takes away is attention the answers need).
 - **RoPE distance decay.** The gap job against the plain one, paired by (trial, position, layer): the
   percent change of the global layers' own-question attention (`service/stats/attention_gap.py`, a 95%
   bootstrap-by-trial interval). The gap lengthens every RoPE distance and leaves tokens and the window's mask
-  alone, so implicated when the interval lies below 0 (RoPE distance takes attention off the question);
-  ruled out when it lies within +/-`GAP_BOUND` percent.
+  alone, so ruled out when the interval lies within +/-`GAP_BOUND` percent (a change too small to matter,
+  even where it is not zero); else implicated when it lies below 0 (RoPE distance takes attention off the
+  question).
 - Answer slot, position and an option collapse: attention by layer kind has no lever on them (not tested).
 
 Both intervals' coverage is checked by simulation (`benchmarks/mechanism_coverage.py`).
@@ -167,6 +169,19 @@ def _window(evidence: MechanismEvidence, *, window: int | None) -> Finding:
         )
     scored = f"job {attention.scored_job_id}'s answers, {auroc.trials} trials"
     lost = f"which they lose beyond the {window:,}-token window (largest head there: 0)"
+    widest = max(abs(auroc.low - 0.5), abs(auroc.high - 0.5))
+    if widest <= AUROC_BOUND:  # first: an interval this close to 0.5 says "next to nothing", even off it
+        return Finding(
+            line=Line.mechanism,
+            call=Call.ruled_out,
+            measure=MEASURE_WINDOW,
+            effect=effect,
+            unit="AUROC",
+            bound=widest,
+            reason=f"the attention the sliding layers carry, {lost}, predicts correctness no better than "
+            f"AUROC 0.5 +/- {widest:.2f} ({scored})",
+            job_ids=ids,
+        )
     if auroc.low > 0.5:
         return Finding(
             line=Line.mechanism,
@@ -178,22 +193,9 @@ def _window(evidence: MechanismEvidence, *, window: int | None) -> Finding:
             f"position ({scored})",
             job_ids=ids,
         )
-    widest = max(abs(auroc.low - 0.5), abs(auroc.high - 0.5))
     if auroc.high < 0.5:
         return cannot(
             "more own-question attention goes with wrong answers: not what a window does", effect=effect
-        )
-    if widest <= AUROC_BOUND:
-        return Finding(
-            line=Line.mechanism,
-            call=Call.ruled_out,
-            measure=MEASURE_WINDOW,
-            effect=effect,
-            unit="AUROC",
-            bound=widest,
-            reason=f"the attention the sliding layers carry, {lost}, predicts correctness no better than "
-            f"AUROC 0.5 +/- {widest:.2f} ({scored})",
-            job_ids=ids,
         )
     return cannot(f"AUROCs from {auroc.low:.2f} to {auroc.high:.2f} fit the data ({scored})", effect=effect)
 
@@ -222,7 +224,7 @@ def _rope(evidence: MechanismEvidence) -> Finding:
         )
     effect = Interval(estimate=gap.change, low=gap.low, high=gap.high)
     moved = f"a position gap of {evidence.position_gap or 0:,} tokens"
-    what = f"{gap.plain:.3g} -> {gap.gapped:.3g} on average over {gap.trials} trials"
+    what = f"{gap.plain:.4g} -> {gap.gapped:.4g} on average over {gap.trials} trials"
 
     def found(call: Call, reason: str, *, bound: float | None = None) -> Finding:
         return Finding(
@@ -240,6 +242,14 @@ def _rope(evidence: MechanismEvidence) -> Finding:
         return found(
             Call.cannot_tell, f"{moved}: {gap.change:+.1f}% ({what}): too few trials for an interval"
         )
+    widest = max(abs(gap.low), abs(gap.high))
+    if widest <= GAP_BOUND:  # first: a change this small does not matter, even where it is not zero
+        return found(
+            Call.ruled_out,
+            f"{moved} changes the global layers' own-question attention by less than +/-{widest:.2g}% "
+            f"({what})",
+            bound=widest,
+        )
     if gap.high < 0:
         return found(
             Call.implicated,
@@ -249,13 +259,5 @@ def _rope(evidence: MechanismEvidence) -> Finding:
     if gap.low > 0:
         return found(
             Call.cannot_tell, f"{moved} raises own-question attention ({what}): not what a decay does"
-        )
-    widest = max(abs(gap.low), abs(gap.high))
-    if widest <= GAP_BOUND:
-        return found(
-            Call.ruled_out,
-            f"{moved} changes the global layers' own-question attention by less than +/-{widest:.1f}% "
-            f"({what})",
-            bound=widest,
         )
     return found(Call.cannot_tell, f"changes up to +/-{widest:.1f}% fit the data ({what})")

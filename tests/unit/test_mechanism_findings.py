@@ -121,6 +121,11 @@ def test_a_gap_that_takes_attention_off_the_question_implicates_rope_and_is_read
 def test_a_gap_that_changes_nothing_rules_rope_out_and_too_few_trials_give_no_interval() -> None:
     found = mechanism.finding(Suspect.rope, _gap(1.0, trials=200, spread=0.05), window=WINDOW)
     assert found.call is Call.ruled_out and found.bound is not None and found.bound <= mechanism.GAP_BOUND
+    # A change that is surely there and surely too small to matter (the tiny random Gemma 2's gap: -0.04%,
+    # -0.07% to -0.001%) is ruled out, not implicated.
+    slight = _gap(0.97, trials=200, spread=0.01)
+    assert slight.gap is not None and slight.gap.high is not None and slight.gap.high < 0
+    assert mechanism.finding(Suspect.rope, slight, window=WINDOW).call is Call.ruled_out
     few = _gap(0.5, trials=10)
     assert few.gap is not None and few.gap.low is None
     assert mechanism.finding(Suspect.rope, few, window=WINDOW).call is Call.cannot_tell

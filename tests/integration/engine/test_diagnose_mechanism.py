@@ -83,10 +83,10 @@ def test_the_mechanism_line_reads_the_window_and_the_gap_from_hf_jobs_of_a_tiny_
         sliding.high,
     )
     expected = (
-        Call.implicated
-        if sliding.low > 0.5
-        else Call.ruled_out
+        Call.ruled_out
         if max(abs(sliding.low - 0.5), abs(sliding.high - 0.5)) <= mechanism.AUROC_BOUND
+        else Call.implicated
+        if sliding.low > 0.5
         else Call.cannot_tell
     )
     assert window.call is expected, window
@@ -99,10 +99,8 @@ def test_the_mechanism_line_reads_the_window_and_the_gap_from_hf_jobs_of_a_tiny_
     rope = mechanism.finding(Suspect.rope, evidence, window=GEMMA2_WINDOW)
     assert rope.unit == "%" and rope.job_ids == (plain, gapped)
     assert rope.effect is not None and rope.effect.estimate == gap.change
-    if rope.call is Call.implicated:
-        assert gap.high < 0
-    elif rope.call is Call.ruled_out:
-        assert max(abs(gap.low), abs(gap.high)) <= mechanism.GAP_BOUND
+    if max(abs(gap.low), abs(gap.high)) <= mechanism.GAP_BOUND:
+        assert rope.call is Call.ruled_out
     else:
-        assert rope.call is Call.cannot_tell
+        assert rope.call is (Call.implicated if gap.high < 0 else Call.cannot_tell)
     assert gap.gapped != gap.plain  # the gap moved RoPE: the global layers' attention changed
