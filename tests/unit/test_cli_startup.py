@@ -117,3 +117,54 @@ def test_every_name_of_the_schemas_resolves_to_its_definition() -> None:
         assert getattr(home, name) is value, name
         if isinstance(value, type):
             assert value.__module__ == home.__name__, f"{name} is defined in {value.__module__}"
+
+
+STORE_ONLY = (
+    "posbias.api",  # every analysis the API holds, behind `posbias.load_settings` until 68d00d0
+    "posbias.service.reports.curves",
+    "posbias.service.stats.queries",
+    "psycopg",  # the store errors' type, on a SQLite store
+    "scipy",
+    "pandas",
+    "pyarrow",
+    "alembic",
+)
+"""What a command that only opens the store (`db current`, `trial`) must not cost: each was a tenth of a
+second or more of its start."""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        pytest.param(("db", "current"), 0, "", id="db-current"),
+        pytest.param(("trial", "1", "1"), 1, "there is no job 1", id="trial"),
+    ],
+)
+def test_a_command_that_only_opens_the_store_imports_no_analysis(
+    tmp_path: Path, args: tuple[str, ...], code: int, said: str
+) -> None:
+    env = {"PATH": "/usr/bin:/bin", "COLUMNS": "100", "POSBIAS_DATABASE_URL": "sqlite:///store.db"}
+    made = subprocess.run(
+        [sys.executable, "-m", "posbias.cli", "db", "upgrade"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert made.returncode == 0, made.stderr
+    report = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(report), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    found = json.loads(report.read_text())
+    assert found["code"] == code, done.stderr
+    assert said in done.stderr
+    imported = [m for m in found["modules"] if any(m == h or m.startswith(h + ".") for h in STORE_ONLY)]
+    assert imported == [], f"posbias {' '.join(args)} imported {imported[:8]}"
+    assert "posbias.service.store.database" in found["modules"]  # it did open the store
