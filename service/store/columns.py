@@ -9,6 +9,15 @@ SQLAlchemy in chunks: slower, the same arrays, the same bounded memory. The driv
 low-level bindings (`adbc_driver_manager`), not its DB-API module, which imports `pyarrow.dataset` (and
 through it pandas): a tenth to a third of a second of every view's start, for nothing a read uses.
 
+A SQLite store's ADBC readers stay open as long as the store (`Database.held`, closed by `Database.close`),
+and are lent out one query at a time. The driver links its own copy of SQLite, and a process's POSIX locks
+on a file belong to the process, not to a library: when one copy closes its descriptors of the database and
+its `-shm`, the locks the other copy (Python's `sqlite3`, which the store's sessions use) holds there are
+gone too. Another process closing its last connection then finds itself the last one, checkpoints and
+deletes the `-shm` that this process still has mapped; its next transaction stops on "the store's
+shared-memory file was deleted" (`sqlite_files.py`), and a reader and a short command at once, or the viewer
+and any command, met it. A reader opened once and closed with the store closes nothing in between.
+
 Why not DuckDB (which scans SQLite, PostgreSQL and Parquet): its SQLite and PostgreSQL scanners are
 extensions it downloads on first use, which neither this machine nor an air-gapped cluster can do.
 
@@ -19,7 +28,9 @@ SQLite's driver infers a column's type from its first rows and refuses a later r
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -48,16 +59,49 @@ def record_batches(
     `batch_rows` rows at most on SQLite and through SQLAlchemy (by default `BATCH_ROWS`; PostgreSQL's driver
     sizes its own). Empty batches are skipped; no rows, no batches."""
     rows = batch_rows or BATCH_ROWS
-    connection = adbc_connection(db)
-    if connection is None:
-        yield from _sqlalchemy_batches(db, query, batch_rows=rows)
-        return
-    sql = str(query.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True}))
-    names = [c.name for c in query.selected_columns]
-    with connection:
+    with _lent(db) as connection:
+        if connection is None:
+            yield from _sqlalchemy_batches(db, query, batch_rows=rows)
+            return
+        sql = str(query.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True}))
+        names = [c.name for c in query.selected_columns]
         for batch in connection.batches(sql, batch_rows=rows):
             if batch.num_rows:
                 yield pa.RecordBatch.from_arrays(batch.columns, names=names)
+
+
+_LENDING = threading.Lock()
+
+
+@contextmanager
+def _lent(db: Database) -> Iterator[AdbcReader | None]:
+    """An ADBC reader of `db` for one query, or None where there is no driver. PostgreSQL's is opened and
+    closed; a SQLite store's is one of those it holds, or a new one it then holds (the module's docstring)."""
+    if db.files is None:
+        reader = adbc_connection(db)
+        if reader is None:
+            yield None
+            return
+        with reader:
+            yield reader
+        return
+    db.files.check_database()  # a held reader reads the file opened, as the store's sessions do
+    with _LENDING:
+        reader = next((r for r in db.held if isinstance(r, AdbcReader) and not r.lent), None)
+        if reader is not None:
+            reader.lent = True
+    if reader is None:
+        reader = adbc_connection(db)
+        if reader is None:
+            yield None
+            return
+        reader.lent = True
+        with _LENDING:
+            db.held.append(reader)
+    try:
+        yield reader
+    finally:
+        reader.lent = False
 
 
 def to_numpy(column: pa.Array | pa.ChunkedArray) -> npt.NDArray[Any]:
@@ -95,6 +139,8 @@ class AdbcReader:
         import adbc_driver_manager
 
         self.dialect = dialect
+        self.lent = False
+        """In use by a query (a held reader is lent to one at a time)."""
         self._database = database
         try:
             self._connection = adbc_driver_manager.AdbcConnection(database)

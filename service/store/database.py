@@ -141,6 +141,9 @@ class Database:
         self.engine = engine
         self.files = files
         self._read = sessionmaker(engine, expire_on_commit=False)
+        self.held: list[Any] = []
+        """Connections another driver opened to this store and keeps until `close` (each has `close()`):
+        `service/store/columns.py`'s ADBC readers of a SQLite file (why: its docstring)."""
         self._write = sessionmaker(engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False)
 
     @property
@@ -173,8 +176,12 @@ class Database:
             yield session
 
     def close(self) -> None:
-        """Close every pooled connection."""
-        self.engine.dispose()
+        """Close every pooled connection, and those other drivers keep (`held`)."""
+        try:
+            while self.held:
+                self.held.pop().close()
+        finally:
+            self.engine.dispose()
 
     def __enter__(self) -> Database:
         return self
