@@ -10,17 +10,19 @@ and this module fits correctness on all three at once so that each is judged wit
   bend: a U shape), token distance with four (a smooth decay, convex or concave) and, for a model with a
   sliding window, a step at the window (`service/stats/window_step.py`), with question difficulty as a
   covariate (`regression.difficulty`; left out when rotation or a filler sweep shows each set several times),
-  errors clustered by trial or sampled set, t and F with clusters - 1 denominator degrees of freedom
+  errors clustered by trial or sampled set, t with clusters - 1 degrees of freedom
   (`regression.clustered_ols`: statsmodels' figures, from sums). A linear probability model, so that every
   summary is a linear combination of the coefficients, in points.
 - **Each cause tested jointly**: a clustered Wald test of all its terms (the step included), its degrees of
-  freedom stated; these tests are Holm-adjusted, and the step's own (its one term's) joins their family
-  after distance's, with distance's share of the level (`_holm`), so that a job's verdict says something
-  false at most 5% of the time, the step included. Summaries with 95%
-  intervals: first to last and the bend (middle against the ends) for position and slot, the smooth part's
-  average change per 1,000 tokens and the step for distance. Each interval is the fit's t interval made on
-  Fisher's z scale (`intervals.bounded_interval`), so that it stays inside what a curve within [0, 1]
-  allows at any sample size.
+  freedom stated, read as Hotelling's T^2 of the clusters' scores (F with q and clusters - q degrees of
+  freedom, `ClusteredFit.hotelling_p`; statsmodels' F with clusters - 1 is liberal for several terms at
+  few clusters: benchmarks/README.md, "Explain's false causes"); these tests are Holm-adjusted, and the
+  step's own (its one term's) joins their family after distance's, with distance's share of the level
+  (`_holm`), so that a job's verdict says something false at most 5% of the time, the step included.
+  Summaries with 95% intervals: first to last and the bend (middle against the ends) for position and
+  slot, the smooth part's average change per 1,000 tokens and the step for distance. Each interval is the
+  fit's t interval made on Fisher's z scale (`intervals.bounded_interval`), so that it stays inside what a
+  curve within [0, 1] allows at any sample size.
 - **What the data rule out.** A cause that does not move the curve gets the largest change its intervals
   allow: "no effect larger than +/-X points" when X is under `MATERIAL`, "cannot tell" when it is not (the
   words, the table's and the verdict's, are `service/stats/explain_reading.py`'s).
@@ -209,7 +211,7 @@ def explain_curve(
         restriction = np.zeros((len(indices), width))
         for row, index in enumerate(indices):
             restriction[row, index] = 1.0
-        return fit.joint_p(restriction)
+        return fit.hotelling_p(restriction)
 
     terms = {b.name: list(range(b.start, b.stop)) for b in blocks}
     if step_at is not None:

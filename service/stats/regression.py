@@ -123,6 +123,27 @@ class ClusteredFit:
             return float("nan")
         return float(fdtrc(restrictions, self.df, statistic / restrictions))
 
+    def hotelling_p(self, restriction: Floats) -> float:
+        """p-value of the same Wald statistic W read as Hotelling's T^2 of the G clusters' score sums:
+        W / q x (G - q) / (G - 1) is F with q and G - q degrees of freedom, the statistic's exact null
+        distribution when the cluster sums are normal (`joint_p`, statsmodels' reading, takes W / q as F
+        with q and G - 1, which is liberal for q > 1 at few clusters: its size at 5% is 6.0% for q = 3 at
+        G = 40, 7.8% at G = 16, 5.2% at G = 200). The same as `joint_p` for one restriction."""
+        from scipy.special import fdtrc
+
+        r = np.atleast_2d(restriction)
+        value = r @ self.params
+        middle = r @ self.cov @ r.T
+        if not np.any(middle):
+            return float("nan")
+        statistic = float(value @ np.linalg.pinv(middle) @ value)
+        restrictions = int(np.linalg.matrix_rank(middle))
+        clusters = self.df + 1
+        if clusters <= restrictions:
+            return 1.0  # no degrees of freedom left: the data cannot reject
+        scaled = statistic / restrictions * (clusters - restrictions) / (clusters - 1)
+        return float(fdtrc(restrictions, clusters - restrictions, scaled))
+
 
 def clustered_ols(y: Floats, design: Floats | Sequence[Floats], groups: Ints) -> ClusteredFit:
     """Least squares of `y` on `design` (answers x terms, or its columns) with errors clustered by
