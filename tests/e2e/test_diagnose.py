@@ -49,6 +49,12 @@ def test_the_guide_s_worked_example_implicates_the_window(cli: Posbias, tmp_path
     assert "sliding window: implicated (2 lines agree" in last.stdout
     assert "implicated: sliding window" in last.stdout
     assert "RoPE distance decay: implicated" not in last.stdout
+    # A line that cannot tell says what would: this command at a larger budget, and what that adds.
+    settle = re.search(
+        r"to settle: `(posbias diagnose fake/window .*?--budget (\d+))` \(about ([\d,]+) more", last.stdout
+    )
+    assert settle is not None, last.stdout
+    assert shlex.split(settle.group(1))[1:-2] == commands[1][:-2] and int(settle.group(2)) > 400
     page = (tmp_path / "diagnosis.html").read_text()
     assert "Diagnosis of fake/window" in page and "/job/" in page
     status = cli("status", "--json").json()
@@ -65,5 +71,8 @@ def test_a_rope_decay_is_implicated_and_the_window_is_not(cli: Posbias) -> None:
 
 def test_a_fake_without_a_mechanism_implicates_nothing(cli: Posbias) -> None:
     cli("db", "upgrade")
-    calls = _calls(_diagnose(cli, {"window": 1000, "mechanism": {}}))
+    diagnosis = _diagnose(cli, {"window": 1000, "mechanism": {}})
+    calls = _calls(diagnosis)
     assert "implicated" not in calls.values(), calls
+    undecided = [f for s in diagnosis["suspects"] for f in s["findings"] if f["call"] == "cannot tell"]
+    assert undecided and all(f["settle"] for f in undecided), undecided

@@ -213,3 +213,12 @@ def test_the_page_shows_what_would_settle_a_cannot_tell_and_the_unit_of_a_number
     page = diagnosis_page(diagnosis)
     assert "+0.52 (+0.38 to +0.66) AUROC" in page
     assert "to settle:</i> `posbias diagnose m --budget 4000` (about 2,000 more trials)" in page
+
+
+def test_a_mechanism_line_that_cannot_tell_names_a_budget_in_its_own_unit() -> None:
+    battery = plan_battery(GEMMA2, budget=2000)
+    wide = _window(_attention(0.56, 0.40, 0.72))  # half-width 0.16 against 0.5 +/- 0.1: off 0.06
+    assert wide.call is Call.cannot_tell and wide.settle is None
+    done = settle.settled(wide, battery=battery, tokens=None, bounds={}, more=".")
+    assert done.settle is not None and done.settle.endswith("would narrow it to +/-0.06 AUROC")
+    assert 0.16 * math.sqrt(2000 / _budget(done.settle)) <= 0.06
