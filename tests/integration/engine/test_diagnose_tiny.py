@@ -16,12 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from support.in_process import run_cli
 
 import posbias
 from posbias.schemas import JobStatus, PosbiasError, ShardResult, ShardSpec, WorkerConfig
+from posbias.schemas.attention import LayerKind
 from posbias.schemas.diagnosis import Call, DiagnoseOutcome, Line, Suspect
-from posbias.service.diagnose import model_facts, plan_battery
+from posbias.service.diagnose import mechanism, model_facts, plan_battery
 from posbias.service.settings import Settings
 from posbias.service.store.database import Database
 from posbias.service.work import jobs, queue
@@ -165,6 +167,7 @@ def test_the_tiny_gemma2_is_diagnosed_end_to_end(
     )
     _check_verdicts(outcome)
     assert outcome.battery.facts.sliding_window_layers == (0, 2)
+    _check_mechanism(db, outcome)
 
 
 def test_the_tiny_gemma3_is_diagnosed_end_to_end(
@@ -182,3 +185,67 @@ def test_the_tiny_gemma3_is_diagnosed_end_to_end(
     )
     _check_verdicts(outcome)
     assert outcome.battery.facts.sliding_window_layers == (0, 1, 2, 3, 4)
+
+
+def _check_mechanism(db: Database, outcome: DiagnoseOutcome) -> None:
+    """The mechanism line's calls rest on the numbers the store holds: the three mechanism jobs (hf, hf with
+    a position gap, and the same trials answered on vLLM) read by `mechanism.gather`, called by
+    `mechanism.finding`, whatever the random model shows."""
+    battery = outcome.battery
+    window_tokens = battery.facts.sliding_window
+    ids = {j.key: j.job_id for j in outcome.jobs}
+    planned = [job for job in battery.jobs if job.line is Line.mechanism]
+    assert [str(job.spec.engine.name) for job in planned] == ["hf", "hf", "vllm"]
+    plain, gapped, scored = (ids[job.key] for job in planned)
+    evidence = mechanism.gather(db, battery, ids)
+    with db.read() as session:
+        stored = session.execute(
+            sa.text(
+                "SELECT avg(own_mean), count(*) FROM attention WHERE job_id = :j AND layer_kind = 'global'"
+            ),
+            {"j": plain},
+        ).one()
+        answered = session.execute(
+            sa.text("SELECT count(*) FROM results WHERE job_id = :j AND predicted IS NOT NULL"), {"j": scored}
+        ).scalar_one()
+    assert evidence is not None and evidence.attention is not None
+    attention, gap = evidence.attention, evidence.gap
+    trials = planned[0].spec.total_trials
+
+    # The window: the mask leaves the sliding layers nothing beyond it, and their attention is scored
+    # against what vLLM answered on the same trials (not the hf job's teacher-forced sheet).
+    assert attention.window == window_tokens and attention.sliding_beyond_max == 0.0
+    assert attention.scored_job_id == scored and answered > 0
+    (sliding,) = [a for a in attention.aurocs if a.layer_kind is LayerKind.sliding]
+    assert sliding.trials == trials and sliding.low is not None and sliding.high is not None
+    window = mechanism.finding(Suspect.window, evidence, window=window_tokens)
+    assert window.line is Line.mechanism and window.unit == "AUROC"
+    assert window.job_ids == (plain, scored)
+    assert window.effect is not None
+    assert (window.effect.estimate, window.effect.low, window.effect.high) == (
+        sliding.auroc,
+        sliding.low,
+        sliding.high,
+    )
+    expected = (
+        Call.ruled_out
+        if max(abs(sliding.low - 0.5), abs(sliding.high - 0.5)) <= mechanism.AUROC_BOUND
+        else Call.implicated
+        if sliding.low > 0.5
+        else Call.cannot_tell
+    )
+    assert window.call is expected, window
+
+    # RoPE: the gap job against the plain one, paired over every (trial, position, global layer).
+    assert gap is not None and gap.trials == trials
+    assert gap.pairs == stored[1]
+    assert abs(gap.plain - stored[0]) < 1e-9
+    assert gap.low is not None and gap.high is not None and gap.low <= gap.change <= gap.high
+    rope = mechanism.finding(Suspect.rope, evidence, window=window_tokens)
+    assert rope.unit == "%" and rope.job_ids == (plain, gapped)
+    assert rope.effect is not None and rope.effect.estimate == gap.change
+    if max(abs(gap.low), abs(gap.high)) <= mechanism.GAP_BOUND:
+        assert rope.call is Call.ruled_out
+    else:
+        assert rope.call is (Call.implicated if gap.high < 0 else Call.cannot_tell)
+    assert gap.gapped != gap.plain  # the gap moved RoPE: the global layers' attention changed
