@@ -194,6 +194,14 @@ def tally(case: Case, diagnosis: Diagnosis) -> None:
         tallies[f"{verdict.suspect.value} ({what}): ruled out"].add(verdict.call is Call.ruled_out)
         tallies[f"{verdict.suspect.value} ({what}): cannot tell"].add(verdict.call is Call.cannot_tell)
     for verdict in diagnosis.suspects:
+        if verdict.suspect is Suspect.position:  # how: explain names it, or the lines leave only it
+            what = "true" if verdict.suspect in case.truth else "wrong"
+            eliminated = verdict.call is Call.implicated and verdict.findings[0].reason.startswith(
+                "position and token distance together"
+            )
+            case.tallies.setdefault(
+                f"position ({what}): implicated as the group's only suspect", Tally("")
+            ).add(eliminated)
         for line in (Line.behaviour, Line.intervention):
             calls = [f.call for f in verdict.findings if f.line is line]
             if not calls or calls[0] is Call.not_tested:
