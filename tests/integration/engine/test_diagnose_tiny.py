@@ -1,13 +1,13 @@
-"""`posbias diagnose` end to end on the tiny random Gemma 2 and Gemma 3 (tests/support/tinymodels.py), on
-SQLite and on PostgreSQL: the battery is planned from each model's config at the batch size its 4,096-token
-context holds, submitted through the API, its shards run through the queue on the real engines (vLLM on CPU
-for the behaviour job and the intervention's baseline, global-only and rope-base:x4; hf for the two
+"""`posbias diagnose` end to end on the tiny random Gemma 2 (on SQLite) and Gemma 3 (on PostgreSQL), from
+tests/support/tinymodels.py: the battery is planned from each model's config at the batch size its
+4,096-token context holds, submitted through the API, its shards run through the queue on the real engines
+(vLLM on CPU for the behaviour job and the intervention's baseline, global-only and rope-base:x4; hf for the
 mechanism jobs), and the same command then reads it into a diagnosis, its JSON and its page.
 
 The models' weights are random, so what they show is noise: the tests check what a user checks (every job
 done, a verdict for every suspect from every line, the verdicts the config decides, the JSON and the page),
-not the findings. Engines are loaded once per model and variant and shared by the two stores' runs; a
-model's are closed before the next model's load."""
+not the findings. Engines are loaded once per model and variant; a model's are closed before the next
+model's load."""
 
 from __future__ import annotations
 
@@ -152,6 +152,9 @@ def _check_verdicts(outcome: DiagnoseOutcome) -> None:
         assert found[Line.behaviour].call is not Call.not_tested
 
 
+# One store a model: what differs between the stores is the store's part, the same for both models, and each
+# diagnosis takes two to three minutes here (the gemma2's also checks the mechanism line's reading).
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_the_tiny_gemma2_is_diagnosed_end_to_end(
     db: Database,
     database_url: str,
@@ -170,6 +173,7 @@ def test_the_tiny_gemma2_is_diagnosed_end_to_end(
     _check_mechanism(db, outcome)
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_the_tiny_gemma3_is_diagnosed_end_to_end(
     db: Database,
     database_url: str,
