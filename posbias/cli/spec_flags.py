@@ -80,7 +80,11 @@ AnswerModeOpt = Annotated[
     AnswerMode | None, typer.Option(help="free (parse what the model writes) or constrained (regex-forced).")
 ]
 TpOpt = Annotated[
-    int | None, typer.Option(help="GPUs per engine (tensor parallel); one actor reserves them.")
+    int | None,
+    typer.Option(
+        help="GPUs per engine, which one actor reserves: vllm splits the model across them (tensor "
+        "parallel), hf places its layers on them (device_map)."
+    ),
 ]
 SubjectsOpt = Annotated[
     str | None,
@@ -122,7 +126,8 @@ PriorityOpt = Annotated[int | None, typer.Option(help="Higher runs first.")]
 EngineOpt = Annotated[
     EngineName | None,
     typer.Option(
-        help="vllm, openai (an OpenAI-compatible endpoint), or fake (no model; for trying things out)."
+        help="vllm, openai (an OpenAI-compatible endpoint), hf (transformers, teacher-forced; records "
+        "attention), or fake (no model; for trying things out)."
     ),
 ]
 BaseUrlOpt = Annotated[
