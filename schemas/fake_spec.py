@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from posbias.schemas.bounds import FINITE
 from posbias.schemas.choices import FakeAxis as FakeAxis
 from posbias.schemas.record import Record
+
+# numpy is imported by the methods that compute: settings load this module, and most commands need no numpy.
 
 
 class FakeCollapse(Record):
@@ -109,6 +110,8 @@ class FakeMechanism(Record):
     ) -> Any:
         """True accuracy at token `distance`, 1-based `position` of `batch_size` and answer `slot` of
         `answers` lines (numbers or arrays alike)."""
+        import numpy as np
+
         d = np.asarray(distance, dtype=np.float64)
         rope = (d + self.position_gap) / (self.rope_factor * self.rope_span)
         found = self.accuracy - self.rope_decay * np.minimum(rope, 1.0)
@@ -206,6 +209,8 @@ class FakeSpec(Record):
     def accuracy(self, position: int, batch_size: int) -> float:
         """True probability of a correct answer at 1-based `position` in a prompt of `batch_size` (for a
         fake that depends on position; `accuracy_of` for any)."""
+        import numpy as np
+
         where = 0.0 if batch_size <= 1 else (position - 1) / (batch_size - 1)
         points = self.curve if self.curve is not None else (self.first, self.last)
         if batch_size <= 1:
@@ -223,6 +228,8 @@ class FakeSpec(Record):
     ) -> Any:
         """True probability of a correct answer, by `depends_on`: at `position` of `batch_size`, at answer
         `slot` of `answers` lines, or at token `distance`. Takes numbers or numpy arrays alike."""
+        import numpy as np
+
         if self.mechanism is not None:
             if distance is None:
                 raise ValueError("a fake with a mechanism needs each answer's distance")

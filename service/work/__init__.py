@@ -20,7 +20,7 @@ _HOMES: dict[str, str] = {
     "check_model_name": "posbias.service.work.model_names",
     "check_pool": "posbias.service.work.datasets",
     "load_questions": "posbias.service.work.datasets",
-    "load_spec": "posbias.service.work.shards",
+    "load_spec": "posbias.service.work.stored_spec",
 }
 """Each exported name -> the module that defines it."""
 

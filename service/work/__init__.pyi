@@ -4,7 +4,7 @@ from posbias.service.work.context import ContextError as ContextError
 from posbias.service.work.datasets import check_pool as check_pool
 from posbias.service.work.datasets import load_questions as load_questions
 from posbias.service.work.model_names import check_model_name as check_model_name
-from posbias.service.work.shards import load_spec as load_spec
+from posbias.service.work.stored_spec import load_spec as load_spec
 
 from . import dataset_catalog as dataset_catalog
 from . import datasets as datasets

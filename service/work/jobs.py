@@ -36,7 +36,7 @@ from posbias.schemas.variant import merge_overrides
 from posbias.service.store import IN_CHUNK, Database, Job, Shard, dialect_insert, not_found, now_utc, tables
 from posbias.service.work import answer_sheets, queue
 from posbias.service.work.job_status import ACTIVE, locked_job, settle_job
-from posbias.service.work.shards import load_spec
+from posbias.service.work.stored_spec import load_spec
 
 MAX_KEY = 200
 """Characters of an idempotency key at most (the column's width)."""

@@ -3,23 +3,15 @@ a shard is leased."""
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sqlalchemy import select
 
-from posbias.schemas import BASELINE, EndpointReport, JobSpec, Question, RotationCostWarning, ShardSpec, Trial
+from posbias.schemas import BASELINE, EndpointReport, JobSpec, Question, ShardSpec, Trial
 from posbias.service.store import IN_CHUNK, Database, tables
 from posbias.service.work import answer_sheets, costs
-
-
-def load_spec(data: dict[str, Any]) -> JobSpec:
-    """A stored spec back as a `JobSpec`. Its rotation-cost warning was shown at submit; not again here."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RotationCostWarning)
-        return JobSpec.model_validate(data)
+from posbias.service.work.stored_spec import load_spec
 
 
 def shard_spec(
