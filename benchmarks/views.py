@@ -41,6 +41,10 @@ before its view does anything. MB are 10^6 bytes; the target of 1 GB is 1,000 MB
 The targets (issue 39): at 1M results `curve` (of the job, and of the model over its jobs) at most 2 s and
 500 MB, `explain` at most 10 s, `report` at most 10 s and a page of at most 10 MB, `export` at most 5 s,
 `trial` at most 0.5 s; at 5M results every view under 1 GB.
+
+Each view but the viewer runs `--repeat` times (3) in a row: the table shows the run of median wall time
+(the largest peak of the runs), the notes every run's time. The first run on a PostgreSQL store just started
+reads its pages cold (2.33 s for `curve --job` at 1M, where the next runs took 1.8-1.9 s, 2026-12-05).
 """
 
 from __future__ import annotations
@@ -414,6 +418,22 @@ def measure(
         return measured
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
+
+
+def measure_repeated(view: View, store: StoreJobs, *, repeat: int, **how: Any) -> Measured:
+    """`view` run `repeat` times on `store` (the viewer once: it is timed on its own GETs): the run of median
+    wall time, with the largest peak of them all and every run's time in its notes. The first run after a
+    store's server starts reads cold pages (PostgreSQL's shared buffers fill on first use); the median is what
+    a user's second and later views cost."""
+    runs = [measure(view, store, **how) for _ in range(1 if view.name == "view" else repeat)]
+    if len(runs) == 1 or any(run.problem is not None for run in runs):
+        return next((run for run in runs if run.problem is not None), runs[0])
+    chosen = sorted(runs, key=lambda run: run.seconds)[len(runs) // 2]
+    chosen.peak_mb = max(run.peak_mb for run in runs)
+    times = ", ".join(f"{run.seconds:.2f}" for run in runs)
+    runs_note = f"{len(runs)} runs in order: {times} s (median shown)"
+    chosen.detail = "; ".join(filter(None, [chosen.detail, runs_note]))
+    return chosen
 
 
 def posbias_command() -> str:
@@ -1024,6 +1044,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--at", help="run on the code of this commit (e.g. HEAD), not the working tree")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a view may take (default 600)")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs of each view; shown: the median wall time, the largest peak (default 3; viewer once)",
+    )
+    parser.add_argument(
         "--memory-cap",
         type=float,
         default=10_000.0,
@@ -1033,6 +1059,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.sizes = _numbers(args.sizes)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     args.views = [v.strip() for v in args.views.split(",") if v.strip()]
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1 run of each view")
     for size in args.sizes:
         if size <= 0 or size % BATCH_SIZE:
             parser.error(f"--sizes: {size:,} is not a whole number of trials of {BATCH_SIZE} results")
@@ -1111,8 +1139,14 @@ def main() -> None:
                 store = ready[database, size]
                 measured: dict[str, Measured] = {}
                 for view in views:
-                    figures = measure(
-                        view, store, env=env, scratch=scratch, timeout=args.timeout, cap_mb=args.memory_cap
+                    figures = measure_repeated(
+                        view,
+                        store,
+                        repeat=args.repeat,
+                        env=env,
+                        scratch=scratch,
+                        timeout=args.timeout,
+                        cap_mb=args.memory_cap,
                     )
                     measured[view.label] = figures
                     shown = f"{figures.cell()}" + (
