@@ -18,6 +18,7 @@ from posbias.schemas.lazy import lazy_face
 _HOMES: dict[str, str] = {
     "AttentionLayer": "posbias.service.store.tables",
     "AttentionPoint": "posbias.service.store.tables",
+    "BatteryRow": "posbias.service.store.tables",
     "Checkpoint": "posbias.service.store.tables",
     "CurvePoint": "posbias.service.store.tables",
     "Database": "posbias.service.store.database",

@@ -17,6 +17,7 @@ from posbias.service.store.store_errors import explain as explain
 from posbias.service.store.store_errors import not_found as not_found
 from posbias.service.store.tables import AttentionLayer as AttentionLayer
 from posbias.service.store.tables import AttentionPoint as AttentionPoint
+from posbias.service.store.tables import BatteryRow as BatteryRow
 from posbias.service.store.tables import Checkpoint as Checkpoint
 from posbias.service.store.tables import CurvePoint as CurvePoint
 from posbias.service.store.tables import Dispatcher as Dispatcher
@@ -42,6 +43,7 @@ __all__ = [
     "STORE_ERRORS",
     "AttentionLayer",
     "AttentionPoint",
+    "BatteryRow",
     "Checkpoint",
     "CurvePoint",
     "Database",

@@ -394,6 +394,29 @@ class Checkpoint(Base):
     announced_at: Mapped[datetime | None]
 
 
+# --- diagnoses (migration 0013) ----------------------------------------------------------------------------
+
+
+class BatteryRow(Base):
+    """A battery `posbias diagnose` submitted, one per request: what was asked (as given, never what the
+    planner derived from it) and the `schemas.diagnosis.Battery` as submitted, so that the same command
+    reads the same jobs whatever a newer planner would make of it. `request_key` is the request's digest."""
+
+    __tablename__ = "batteries"
+    __table_args__ = (Index(None, "model"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    request_key: Mapped[str] = mapped_column(String(64), unique=True)
+    model: Mapped[str] = mapped_column(String(500))
+    engine: Mapped[str] = mapped_column(String(64))
+    budget: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    fake: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    battery: Mapped[dict[str, Any]] = mapped_column(JSON)
+    posbias_version: Mapped[str] = mapped_column(String(64))
+    stored_at: Mapped[datetime]
+
+
 # --- attention (engine `hf`, migration 0010) -------------------------------------------------------------
 
 

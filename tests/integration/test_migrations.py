@@ -16,7 +16,7 @@ from posbias.schemas import PosbiasError
 from posbias.service.store import database, database_url, migrate, schema_version, store_errors
 from posbias.service.store.tables import Base
 
-POSBIAS_TABLES = {"models", "jobs", "shards", "trials", "questions", "results", "curve_points"}
+POSBIAS_TABLES = {"models", "jobs", "shards", "trials", "questions", "results", "curve_points", "batteries"}
 
 
 def _tables(url: str) -> set[str]:
