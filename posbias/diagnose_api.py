@@ -19,9 +19,10 @@ from typing import Any
 
 from posbias import edge
 from posbias.api import _settings, _store
-from posbias.schemas import EngineName, FakeSpec, PosbiasError, QuestionPool
-from posbias.schemas.diagnosis import DiagnoseOutcome, Diagnosis
-from posbias.service.diagnose import DEFAULT_BUDGET, costs, diagnosis_page, fitted_battery, model_facts
+from posbias.schemas import EngineName, FakeSpec, PosbiasError
+from posbias.schemas.bounds import INT64_MAX
+from posbias.schemas.diagnosis import BatteryRequest, DiagnoseOutcome, Diagnosis
+from posbias.service.diagnose import DEFAULT_BUDGET, diagnosis_page
 from posbias.service.diagnose import diagnose as run_diagnosis
 from posbias.service.settings import Settings
 
@@ -39,14 +40,21 @@ def diagnose(
     engine: str = EngineName.vllm,
     fake: FakeSpec | Mapping[str, Any] | None = None,
     seed: int = 0,
+    replan: bool = False,
 ) -> DiagnoseOutcome:
     """Plan the battery for `model` from its config facts (the store's record of it, else its config on this
     machine; a fake's own for engine `fake`), within `budget` trials. `dry_run`: plan and cost it (trials,
     prompt tokens, GPU time at the store's past rate) and submit nothing. Otherwise submit each job under its
-    idempotency key (a second call finds the same jobs) and, when every one is done, read the diagnosis."""
+    idempotency key and, when every one is done, read the diagnosis.
+
+    The battery is stored at its first submit: a later call with the same arguments reads that one (its jobs
+    by their keys, as submitted), whatever a newer posbias would plan, and says how a fresh plan would
+    differ (`plan_change`). `replan`: plan afresh and, when that differs, submit it under keys of its own in
+    place of the stored battery (whose jobs stay in the store)."""
     model = edge.text(model, what="model")
     budget = edge.whole(budget, what="budget", low=1, high=10_000_000)
     engine = edge.text(str(engine), what="engine")
+    seed = edge.whole(seed, what="seed", low=-INT64_MAX, high=INT64_MAX)
     if fake is not None and not isinstance(fake, FakeSpec):
         try:
             fake = FakeSpec.model_validate(dict(fake))
@@ -54,6 +62,8 @@ def diagnose(
             raise PosbiasError(f"invalid fake settings: {exc}") from None
     if fake is not None and engine != EngineName.fake:
         raise PosbiasError("fake settings are for engine fake: add --engine fake")
+    given = None if fake is None else fake.model_dump(mode="json", exclude_unset=True)
+    request = BatteryRequest(model=model, engine=engine, budget=budget, seed=seed, fake=given)
     settings = _settings(settings)
     with ExitStack() as stack:
         try:
@@ -61,17 +71,10 @@ def diagnose(
         except PosbiasError:
             if not dry_run:
                 raise
-            db = None  # a dry run needs no store: it only has no past rates then
-        facts = model_facts(db, model, engine=engine, fake=fake, settings=settings)
-        pools: dict[str, QuestionPool] = {}  # the questions, read once for every job's prepare
-        battery = fitted_battery(
-            facts, settings=settings, engine=engine, budget=budget, fake=fake, seed=seed, pools=pools
+            db = None  # a dry run needs no store: it only has no past rates (and no stored battery) then
+        outcome: DiagnoseOutcome = run_diagnosis(
+            db, request, settings=settings, dry_run=dry_run, replan=bool(replan)
         )
-        if db is None:
-            return DiagnoseOutcome(
-                battery=battery, costs=costs(battery, db=None, settings=settings, pools=pools)
-            )
-        outcome: DiagnoseOutcome = run_diagnosis(db, battery, settings=settings, dry_run=dry_run, pools=pools)
         return outcome
 
 

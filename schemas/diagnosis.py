@@ -3,7 +3,11 @@ one per suspect and line of evidence."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -59,7 +63,10 @@ class Battery(Record):
     facts: ModelInfo = Field(description="The config facts the plan was made from.")
     budget: int = Field(description="Trials the battery may use in all.")
     batch_size: int = Field(description="N of every job of the battery.")
-    digest: str = Field(description="Digest of the plan: its jobs' keys carry it.")
+    digest: str = Field(
+        description="Digest of the plan: its jobs' keys carry it (after `--replan`, a job the plan shares "
+        "with the battery it replaced keeps that job's key)."
+    )
     jobs: tuple[BatteryJob, ...] = Field(description="The jobs, in the order they are submitted.")
     notes: tuple[str, ...] = Field((), description="What was left out of the plan, and why.")
 
@@ -67,6 +74,25 @@ class Battery(Record):
     def total_trials(self) -> int:
         """Prompts the battery renders in all, every variant's."""
         return sum(job.spec.total_trials for job in self.jobs)
+
+
+class BatteryRequest(Record):
+    """What a `posbias diagnose` call asks for, as given: the battery stored for it is found by this, whatever
+    a newer planner would derive from it."""
+
+    model: str = Field(description="The model, as given.")
+    engine: str = Field(description="The engine of the behaviour and intervention jobs.")
+    budget: int = Field(description="Trials the battery may use in all.")
+    seed: int = Field(description="Seed of the battery's trials.")
+    fake: dict[str, Any] | None = Field(
+        None, description="Engine fake: the settings given (those set, not the defaults filled in)."
+    )
+
+    @property
+    def key(self) -> str:
+        """The request's digest: the stored battery's unique key."""
+        data = [self.model, self.engine, self.budget, self.seed, self.fake]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 class Finding(Record):
@@ -136,7 +162,25 @@ class BatteryJobState(Record):
 class DiagnoseOutcome(Record):
     """What `posbias diagnose` did: planned (and costed), submitted, or read the diagnosis."""
 
-    battery: Battery = Field(description="The plan.")
+    battery: Battery = Field(description="The plan: the stored battery of this request, or a fresh plan.")
+    battery_read: bool = Field(
+        False, description="The battery stored for this request at its first submit, read as submitted."
+    )
+    battery_stored_at: datetime | None = Field(
+        None, description="When the battery was stored; None for a fresh plan not stored (a dry run's)."
+    )
+    battery_stored_by: str | None = Field(None, description="The posbias version that stored it.")
+    plan_change: str | None = Field(
+        None,
+        description="A stored battery read: how a fresh plan of the same request would differ and how to "
+        "get it (`--replan`), or why none can be made; None when it would not differ.",
+    )
+    replaced_stored_at: datetime | None = Field(
+        None, description="`--replan`: when the battery it replaces (a dry run: would replace) was stored."
+    )
+    replaced_job_ids: tuple[int, ...] = Field(
+        (), description="`--replan`: the replaced battery's jobs; they stay in the store."
+    )
     costs: tuple[BatteryCost, ...] = Field((), description="Dry run: each job's cost.")
     jobs: tuple[BatteryJobState, ...] = Field((), description="Submitted: each job's id and status.")
     diagnosis: Diagnosis | None = Field(None, description="When every job is done: the verdicts.")

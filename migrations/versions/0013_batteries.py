@@ -5,7 +5,8 @@ posbias whose plan differs (another least budget, another mechanism job) found n
 refused the budget outright. One row per request, what the user asked for (model, engine, budget, seed, the
 fake's settings as given; `request_key` is their digest), with the battery as submitted (`schemas.diagnosis.
 Battery` as JSON), the posbias that stored it and when. Batteries submitted before this table are found by
-planning them again, as before, and stored at their next `posbias diagnose`.
+planning them again, as before, and stored at their next `posbias diagnose`. A downgrade drops the table:
+the jobs stay, and are found by planning them again.
 
 Revision ID: 0013
 Revises: 0012

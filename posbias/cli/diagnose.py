@@ -14,6 +14,8 @@ from posbias.cli.common import JsonOpt, out, print_json, settings_of
 from posbias.schemas import UsageError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from posbias.schemas import Interval
     from posbias.schemas.diagnosis import Battery, DiagnoseOutcome, Diagnosis, Finding
 
@@ -39,6 +41,14 @@ def diagnose(
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the battery's trials.")] = 0,
+    replan: Annotated[
+        bool,
+        typer.Option(
+            "--replan",
+            help="Plan afresh though a battery is stored for these options; when the plan differs, submit "
+            "it under keys of its own in place of the stored one (whose jobs stay in the store).",
+        ),
+    ] = False,
     html: Annotated[
         str | None, typer.Option(help="When the diagnosis is ready: also write it as an HTML page here.")
     ] = None,
@@ -52,7 +62,8 @@ def diagnose(
     separates position, answer slot and token distance (behaviour); the variants the config allows against
     the baseline on the same trials (intervention); attention by layer kind with the hf engine on a subset
     (mechanism). Submit it as ordinary jobs, each under an idempotency key, so running the command again finds
-    them; once they are done, it prints a verdict per suspect and line of evidence.
+    them; once they are done, it prints a verdict per suspect and line of evidence. The battery is stored at
+    its first submit and read from then on as submitted, whatever a newer posbias would plan.
 
     Example: posbias diagnose google/gemma-2-2b-it --budget 4000 --dry-run
     """
@@ -64,7 +75,14 @@ def diagnose(
         except json.JSONDecodeError as exc:
             raise UsageError(f"--fake: not JSON ({exc.msg} at character {exc.pos})") from None
     outcome = posbias.diagnose(
-        model, settings=settings, budget=budget, dry_run=dry_run, engine=engine, fake=given, seed=seed
+        model,
+        settings=settings,
+        budget=budget,
+        dry_run=dry_run,
+        engine=engine,
+        fake=given,
+        seed=seed,
+        replan=replan,
     )
     if html is not None and outcome.diagnosis is not None:
         posbias.write_diagnosis(outcome.diagnosis, path=html, view_url=view_url)
@@ -72,6 +90,7 @@ def diagnose(
         print_json(outcome.model_dump(mode="json"))
         return
     print_battery(outcome.battery)
+    print_stored(outcome)
     if outcome.costs:
         print_costs(outcome)
         return
@@ -109,6 +128,35 @@ def print_battery(battery: Battery) -> None:
         )
     for note in battery.notes:
         out.print(f"  not planned: {note}")
+
+
+def print_stored(outcome: DiagnoseOutcome) -> None:
+    """One line: whether the battery is the one stored for these options, and how a fresh plan differs; or
+    what `--replan` replaced."""
+    if outcome.replaced_stored_at is not None:
+        ids = ", ".join(map(str, outcome.replaced_job_ids))
+        many = len(outcome.replaced_job_ids) > 1
+        left = (
+            f"whose job{'s' if many else ''} {ids} {'are' if many else 'is'} not in this plan and "
+            f"stay{'' if many else 's'} in the store (`posbias cancel JOB` stops one not done)"
+            if ids
+            else "every job of which this plan keeps"
+        )
+        verb = "would replace" if outcome.costs else "replaces"
+        out.print(
+            f"battery: planned afresh (--replan); it {verb} the one stored "
+            f"{_when(outcome.replaced_stored_at)}, {left}"
+        )
+    elif outcome.battery_read and outcome.battery_stored_at is not None:
+        change = outcome.plan_change or "a fresh plan would be the same"
+        out.print(
+            f"battery: as stored {_when(outcome.battery_stored_at)} by posbias {outcome.battery_stored_by}, "
+            f"read as submitted; {change}"
+        )
+
+
+def _when(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M} UTC"
 
 
 def print_costs(outcome: DiagnoseOutcome) -> None:

@@ -10,7 +10,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import Posbias
+
+from posbias.service.diagnose import battery as planner
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = (REPO / "docs" / "diagnose.md").read_text()
@@ -76,3 +79,30 @@ def test_a_fake_without_a_mechanism_implicates_nothing(cli: Posbias) -> None:
     assert "implicated" not in calls.values(), calls
     undecided = [f for s in diagnosis["suspects"] for f in s["findings"] if f["call"] == "cannot tell"]
     assert undecided and all(f["settle"] for f in undecided), undecided
+
+
+def test_the_same_command_reads_its_stored_battery_after_the_planner_changes(
+    cli: Posbias, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: a newer planner refused the budget a diagnosis was submitted with, so its own command could
+    no longer read it. The battery is stored at its first submit and read as submitted from then on."""
+    cli("db", "upgrade")
+    fake = json.dumps({"window": 1000, "mechanism": {"window_step": 0.3}})
+    args = ("diagnose", "fake/window", "--engine", "fake", "--fake", fake, "--budget", "160")
+    cli(*args)
+    monkeypatch.setattr(planner, "MIN_CLUSTERS", 20)  # the least budget is 200 now
+    dry = cli(*args, "--dry-run").stdout
+    stored = r"^battery: as stored \S+ \S+ UTC by posbias \S+, read as submitted; a fresh plan"
+    assert re.search(stored, dry, re.M)
+    assert "refused (a budget of 160 trials leaves 16 sampled sets a job; give --budget 200" in dry
+    assert "0 submitted now, 2 found under their keys" in cli(*args).stdout
+    refused = cli(*args, "--replan", check=False)
+    assert refused.code != 0 and len(refused.error_lines) == 1 and "--budget 200" in refused.error_lines[0]
+
+    monkeypatch.setattr(planner, "MIN_CLUSTERS", 16)
+    monkeypatch.setattr(planner, "ROPE_FACTOR", 2)  # a newer plan that differs in one job
+    assert "a fresh plan would differ (intervention: other variants): add --replan" in cli(*args).stdout
+    replanned = cli(*args, "--replan").stdout
+    assert "battery: planned afresh (--replan); it replaces the one stored" in replanned
+    assert "whose job 2 is not in this plan and stays in the store" in replanned
+    assert "1 submitted now, 1 found under their keys" in replanned
