@@ -6,7 +6,8 @@ import pytest
 
 from posbias.schemas import FakeSpec, ModelInfo, PosbiasError
 from posbias.schemas.diagnosis import Line
-from posbias.service.diagnose import plan_battery
+from posbias.service.diagnose import battery as battery_rules
+from posbias.service.diagnose import plan_battery, stored_battery
 
 GEMMA2 = ModelInfo(
     name="google/gemma-2-2b-it",
@@ -78,3 +79,27 @@ def test_a_fake_without_a_mechanism_cannot_take_a_named_intervention() -> None:
 
     with pytest.raises(PosbiasError, match="no architecture to change"):
         JobSpec.build({"model": "f", "engine": {"name": "fake"}, "variants": ["baseline", "global-only"]})
+
+
+def test_a_fresh_plan_that_differs_says_how_and_replan_keys_only_what_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What `posbias diagnose` prints when a newer planner would plan the stored battery's command otherwise
+    (issue 41), and the keys `--replan` gives: a job the two plans share keeps its key."""
+    stored = plan_battery(GEMMA2, budget=4000)
+    monkeypatch.setattr(battery_rules, "MECHANISM_SHARE", 31)  # a newer rule: the mechanism jobs take more
+    fresh = plan_battery(GEMMA2, budget=4000)
+    change = stored_battery.plan_change(stored, fresh)
+    assert change is not None
+    named = dict(part.split(": ", 1) for part in change.split("; "))
+    assert set(named) == {"behaviour", "intervention", "mechanism", "mechanism-gap", "mechanism-scored"}
+    assert named["mechanism"] == f"iterations {fresh.jobs[2].spec.iterations}, not 64"
+    assert stored_battery.plan_change(stored, stored) is None
+
+    keep = {"behaviour": stored.jobs[0].key}
+    replanned = stored_battery.rekeyed(fresh, keep=keep)
+    assert replanned.jobs[0].key == stored.jobs[0].key
+    others = {job.key for job in replanned.jobs[1:]}
+    assert not others & {job.key for job in stored.jobs}
+    assert all(key.startswith(f"diagnose/{fresh.digest}-") for key in others)
+    assert stored_battery.rekeyed(fresh, keep=keep) == replanned, "the same replan twice: the same keys"
