@@ -19,13 +19,14 @@ import time
 import zlib
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from posbias.schemas import EngineInfo, FakeSpec, ModelInfo
 from posbias.workers.engine import Encoding, EngineBase, Generation, GenerationRequest
+
+if TYPE_CHECKING:  # numpy is imported where it computes: `posbias trial` renders with this tokenizer
+    import numpy as np
+    import numpy.typing as npt
 
 SPECIAL_TOKENS = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<start_of_turn>": 3, "<end_of_turn>": 4}
 CHAT_TEMPLATE = "<bos><start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n"
@@ -178,6 +179,8 @@ class FakeEngine(EngineBase[FakeTokenizer]):
             events.write(f"{what} {self._model} pid={os.getpid()} gpus={gpus}\n")
 
     def _answer(self, request: GenerationRequest) -> Generation:
+        import numpy as np
+
         if request.answer_key is None:
             raise ValueError("the fake engine answers from request.answer_key; render with a key")
         rng = np.random.default_rng([abs(self._seed), int(self._seed < 0), _digest(request.prompt_token_ids)])
@@ -327,6 +330,8 @@ def latent_correct(
 def question_latents(question_ids: Sequence[str]) -> npt.NDArray[np.float64]:
     """Each question's latent difficulty: a standard normal drawn from its id alone, so it is the same in
     every job and for every fake seed."""
+    import numpy as np
+
     return np.array([_normal_of(f"question:{qid}") for qid in question_ids])
 
 
@@ -372,6 +377,8 @@ def with_prior(probs: Sequence[float], prior: Sequence[float]) -> list[float]:
 
 
 def _digest(token_ids: Sequence[int]) -> int:
+    import numpy as np
+
     data = np.asarray(token_ids, dtype=np.int64).tobytes()
     return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
 

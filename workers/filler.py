@@ -19,8 +19,6 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-
 from posbias.schemas import FillerSpec, PosbiasError, Trial
 from posbias.schemas.files import read_text
 from posbias.schemas.filler_spec import MAX_FILLER_FILE_BYTES
@@ -90,6 +88,8 @@ def source_text(filler: FillerSpec) -> str:
 def start_for(trial: Trial, *, seed: int, count: int) -> int:
     """The sentence a trial's filler starts at, of `count`: drawn from the job's seed and the trial's batch
     size and iteration, so every filler length (and rotation) of one sampled set starts at the same one."""
+    import numpy as np  # here, not above: `posbias trial` renders prompts and needs numpy only for filler
+
     rng = np.random.default_rng([abs(seed), int(seed < 0), trial.batch_size, trial.iteration, _FILLER_STREAM])
     return int(rng.integers(count))
 

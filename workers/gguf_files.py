@@ -269,14 +269,28 @@ def _carry_token_settings(tokenizer: Any, *, file: Path) -> GgufTokenSettings:
     return settings
 
 
+def gguf_tokenizer_folder(file: Path, *, cache_dir: str | Path) -> Path | None:
+    """The folder whose tokenizer files are the GGUF `file`'s tokenizer, where one is on this machine: its
+    conversion (`convert_gguf`), else the tokenizer kept by `gguf_tokenizer`; None before either exists."""
+    converted = converted_folder(file, cache_dir=cache_dir)
+    if converted is not None:
+        return converted
+    kept = _kept_tokenizer(file, cache_dir=cache_dir)
+    return kept if (kept / "tokenizer_config.json").is_file() else None
+
+
+def _kept_tokenizer(file: Path, *, cache_dir: str | Path) -> Path:
+    folder = _converted_path(file.resolve(), cache_dir=cache_dir)
+    return folder.parent.parent / "tokenizers" / folder.name
+
+
 def gguf_tokenizer(file: Path, *, cache_dir: str | Path) -> Any:
     """A GGUF file's tokenizer (its special-token settings carried over as in `convert_gguf`), kept under
     `cache_dir/tokenizers` after the first read: transformers builds it from the file's vocabulary in
     Python, about 15 s for the demo model on two cores."""
     from transformers import AutoTokenizer
 
-    folder = _converted_path(file.resolve(), cache_dir=cache_dir)
-    kept = folder.parent.parent / "tokenizers" / folder.name
+    kept = _kept_tokenizer(file, cache_dir=cache_dir)
     if (kept / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(kept, trust_remote_code=False)
     tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, trust_remote_code=False)

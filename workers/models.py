@@ -19,7 +19,13 @@ from typing import Any, Literal
 
 from posbias.schemas import ModelInfo, PosbiasError
 from posbias.schemas.files import check_folder_files
-from posbias.workers.gguf_files import convert_gguf, converted_folder, gguf_context_length, gguf_tokenizer
+from posbias.workers.gguf_files import (
+    convert_gguf,
+    converted_folder,
+    gguf_context_length,
+    gguf_tokenizer,
+    gguf_tokenizer_folder,
+)
 from posbias.workers.hub import can_fetch
 from posbias.workers.named_models import GEMMA3_270M, gemma3_270m_path
 from posbias.workers.tokenizer import HfTokenizer
@@ -153,6 +159,20 @@ def resolve_model(
         converted=False,
         local_dir=None,
     )
+
+
+def tokenizer_folder(model: str, *, tokenizer: str | None = None, cache_dir: str | Path) -> Path | None:
+    """The folder on this machine that `local_tokenizer` would load the model's tokenizer from (the job's
+    `tokenizer` folder, the model's folder, a GGUF file's conversion or kept tokenizer); None for a hub model
+    or a GGUF file not read yet."""
+    if tokenizer is not None and Path(tokenizer).expanduser().is_dir():
+        return Path(tokenizer).expanduser()
+    source = check_model_source(model)
+    if source.kind == "folder":
+        return Path(source.location)
+    if source.kind == "gguf":
+        return gguf_tokenizer_folder(Path(source.location), cache_dir=cache_dir)
+    return None
 
 
 def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str | Path) -> HfTokenizer | None:

@@ -24,11 +24,11 @@ first question, after question k, or before the answer request.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from posbias.schemas import (
     ChatTemplateUse,
@@ -165,11 +165,10 @@ def render(
         encoding = tokenizer.encode(text, add_special_tokens=not use_template)
         token_ids = tuple(encoding.ids)
         _check_bos(token_ids, bos=tokenizer.prompt_bos_id, chat_template=use_template)
-        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
-        starts, ends = offsets[:, 0], offsets[:, 1]
-        token_spans = [_token_span(starts, ends, start + shift, end + shift) for start, end in spans]
+        locate = _SpanLocator(encoding.offsets)
+        token_spans = [locate(start + shift, end + shift) for start, end in spans]
         if filler_span is not None:
-            filler_tokens = _token_span(starts, ends, filler_span[0] + shift, filler_span[1] + shift)
+            filler_tokens = locate(filler_span[0] + shift, filler_span[1] + shift)
 
     rendered = tuple(
         RenderedQuestion(
@@ -416,14 +415,19 @@ def _fill(fields: re.Pattern[str], template: str, values: Mapping[str, str]) -> 
     return fields.sub(lambda match: values[match.group(1)], template)
 
 
-def _token_span(starts: np.ndarray, ends: np.ndarray, char_start: int, char_end: int) -> tuple[int, int]:
-    """First token whose end is past `char_start`; one past the last token that starts before `char_end`.
+class _SpanLocator:
+    """A character span's tokens: the first token whose end is past its start, and one past the last token
+    that starts before its end.
 
-    A linear scan rather than a binary search: special tokens sit at (0, 0) wherever the tokenizer puts
-    them, so the offsets need not be sorted.
-    """
-    after = np.flatnonzero(ends > char_start)
-    before = np.flatnonzero(starts < char_end)
-    first = int(after[0]) if after.size else len(ends)
-    last = int(before[-1]) + 1 if before.size else 0
-    return first, last
+    Special tokens sit at (0, 0) wherever the tokenizer puts them, so the offsets need not be sorted; the
+    running maximum of the ends and the minimum of the starts from each token on are, and a binary search in
+    them finds the same tokens a scan of every token would (in pure Python: no numpy for `posbias trial`)."""
+
+    def __init__(self, offsets: Sequence[tuple[int, int]]) -> None:
+        self._max_end = list(itertools.accumulate((int(end) for _, end in offsets), max))
+        self._min_start = list(itertools.accumulate((int(start) for start, _ in reversed(offsets)), min))[
+            ::-1
+        ]
+
+    def __call__(self, char_start: int, char_end: int) -> tuple[int, int]:
+        return bisect.bisect_right(self._max_end, char_start), bisect.bisect_left(self._min_start, char_end)

@@ -34,6 +34,7 @@ from posbias.service.store import not_found, tables
 from posbias.service.work import load_spec
 from posbias.workers.engine import Tokenizer
 from posbias.workers.engines import declared
+from posbias.workers.light_tokenizer import LightTokenizer, light_tokenizer
 from posbias.workers.prompts import RenderedPrompt, RenderedQuestion, render_trial
 
 
@@ -75,13 +76,15 @@ def trial_detail(
     questions = _questions(session, trial.question_ids)
     if tokenizer is None:
         tokenizer = prompt_tokenizer(spec, cache_dir=cache_dir)
-    rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
     results = {
         r.position: r
         for r in session.scalars(
             select(tables.Result).where(tables.Result.trial_id == row.id).order_by(tables.Result.position)
         )
     }
+    tokenizer, rendered, check = rebuilt(
+        row, trial, list(results.values()), spec=spec, questions=questions, tokenizer=tokenizer
+    )
     window = _sliding_window(session, job, variant=row.variant)
     offsets = _offsets(tokenizer, rendered, whole=tokens)
     spans = [
@@ -111,7 +114,7 @@ def trial_detail(
         prompt_text=rendered.text,
         prompt_token_ids=None if rendered.token_ids is None or not tokens else list(rendered.token_ids),
         token_offsets=offsets if tokens else None,
-        check=_check(row, list(results.values()), rendered=rendered),
+        check=check,
         spans=spans,
         output_text=row.output_text,
         output_tokens=row.output_tokens,
@@ -203,26 +206,70 @@ def _questions(session: Session, ids: Sequence[str]) -> dict[str, Question]:
     return found
 
 
+def rebuilt(
+    row: tables.Trial,
+    trial: Trial,
+    results: Sequence[tables.Result],
+    *,
+    spec: JobSpec,
+    questions: dict[str, Question],
+    tokenizer: Tokenizer | None,
+) -> tuple[Tokenizer | None, RenderedPrompt, PromptCheck]:
+    """The trial's prompt rendered again, and checked against what the worker stored when it sent it. A
+    prompt rendered with a `LightTokenizer` that does not pass the check, or has nothing stored to pass, is
+    rendered again with transformers' own tokenizer, so the view shows what was sent whichever reads faster.
+    Returns the tokenizer that rendered it, the prompt and its check."""
+    if isinstance(tokenizer, LightTokenizer):
+        try:
+            rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
+        except Exception:  # a template or file transformers reads otherwise: its own tokenizer decides
+            rendered = None
+        if rendered is not None:
+            check = _check(row, results, rendered=rendered)
+            if check.matches:
+                return tokenizer, rendered, check
+        tokenizer = tokenizer.full()
+    rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
+    return tokenizer, rendered, _check(row, results, rendered=rendered)
+
+
 def prompt_tokenizer(spec: JobSpec, *, cache_dir: str | Path | None) -> Tokenizer | None:
     """The tokenizer the worker rendered `spec`'s prompts with, when it is on this machine: the engine's own
     (the fake engine's), the model's own (vLLM loads the same files), or, for a model whose files are not the
     workers' (a served one), the one its job names. A served model's server-side tokenizer is not reachable
-    from the store, so its prompts are shown as text only."""
+    from the store, so its prompts are shown as text only. A tokenizer in a folder here is read without
+    transformers where it can be (`LightTokenizer`: transformers imports torch, seconds before the first
+    token), transformers' own loaded only where `rebuilt`'s check asks for it."""
     engine = declared(spec.engine.name)
     if engine.tokenizer is not None:
         return engine.tokenizer(spec)
-    from posbias.workers.models import local_tokenizer
+    from posbias.workers.models import local_tokenizer, tokenizer_folder
 
     if not engine.local_model and spec.tokenizer is None:
         return None
     name = spec.model if engine.local_model or not spec.tokenizer else spec.tokenizer
+    folder = cache_dir or Settings.model_fields["cache_dir"].get_default(call_default_factory=True)
+
+    def load() -> Tokenizer | None:
+        try:
+            return local_tokenizer(name, tokenizer=spec.tokenizer, cache_dir=folder)
+        except Exception as exc:  # a folder transformers cannot read; the view says why it has no tokens
+            raise PosbiasError(
+                f"cannot load the tokenizer of {spec.model} to rebuild the prompt: {one_line(exc)}"
+            ) from exc
+
+    def full() -> Tokenizer:  # the light one's files are here, so transformers finds them too
+        found = load()
+        if found is None:
+            raise PosbiasError(f"the tokenizer of {spec.model} is no longer on this machine; read it again")
+        return found
+
     try:
-        folder = cache_dir or Settings.model_fields["cache_dir"].get_default(call_default_factory=True)
-        return local_tokenizer(name, tokenizer=spec.tokenizer, cache_dir=folder)
-    except Exception as exc:  # a folder transformers cannot read; the view says why it has no tokens
-        raise PosbiasError(
-            f"cannot load the tokenizer of {spec.model} to rebuild the prompt: {one_line(exc)}"
-        ) from exc
+        files = tokenizer_folder(name, tokenizer=spec.tokenizer, cache_dir=folder)
+    except PosbiasError:  # the model's files are gone; `load` says so as it always did
+        files = None
+    light = light_tokenizer(files, full=full) if files is not None else None
+    return light if light is not None else load()
 
 
 def _sliding_window(session: Session, job: tables.Job, *, variant: str) -> int | None:

@@ -22,7 +22,14 @@ from posbias.schemas import (
 from posbias.service.work.datasets import question_id
 from posbias.service.work.planner import plan
 from posbias.workers.fake_engine import CHAT_TEMPLATE, FakeTokenizer
-from posbias.workers.prompts import answer_regex, option_labels, options_phrase, render, render_trial
+from posbias.workers.prompts import (
+    _SpanLocator,
+    answer_regex,
+    option_labels,
+    options_phrase,
+    render,
+    render_trial,
+)
 
 HEADER = (
     "Read the following multiple choice questions and answer them one by one. Your answer for each question "
@@ -332,3 +339,24 @@ def _question(text: str, choices: tuple[str, ...], answer: int, subject: str = "
 def _questions(n: int) -> dict[str, Question]:
     made = [_question(f"Question {i}?", (f"a{i}", f"b{i}", f"c{i}", f"d{i}"), i % 4) for i in range(n)]
     return {q.id: q for q in made}
+
+
+offsets_strategy = st.lists(
+    st.one_of(
+        st.just((0, 0)),  # a special token, wherever the tokenizer puts it
+        st.tuples(st.integers(0, 60), st.integers(0, 6)).map(lambda t: (t[0], t[0] + t[1])),
+    ),
+    max_size=40,
+)
+
+
+@given(offsets=offsets_strategy, start=st.integers(0, 70), width=st.integers(0, 30))
+def test_a_blocks_tokens_are_those_a_scan_of_every_token_finds(
+    offsets: list[tuple[int, int]], start: int, width: int
+) -> None:
+    # The definition the spans follow, token by token: the first token ending past the block's start, and
+    # one past the last token starting before its end (offsets unsorted, as special tokens leave them).
+    end = start + width
+    first = next((i for i, (_, e) in enumerate(offsets) if e > start), len(offsets))
+    last = max((i + 1 for i, (s, _) in enumerate(offsets) if s < end), default=0)
+    assert _SpanLocator(offsets)(start, end) == (first, last)
