@@ -90,6 +90,9 @@ class RenderedPrompt:
     """Character span of the filler in `text`; None without filler."""
     filler_tokens: tuple[int, int] | None = None
     """Token span of the filler (start, one past the end); None without filler or tokenizer."""
+    token_offsets: Sequence[tuple[int, int]] | None = None
+    """Each token's character span in `text` (special tokens the tokenizer added span nothing); None
+    without a tokenizer."""
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -159,13 +162,15 @@ def render(
     spans, filler_span, shown, asked = laid.spans, laid.filler_span, laid.shown, laid.asked
 
     token_ids: tuple[int, ...] | None = None
+    offsets: Sequence[tuple[int, int]] | None = None
     token_spans: list[tuple[int | None, int | None]] = [(None, None)] * len(spans)
     filler_tokens: tuple[int, int] | None = None
     if tokenizer is not None:
         encoding = tokenizer.encode(text, add_special_tokens=not use_template)
         token_ids = tuple(encoding.ids)
         _check_bos(token_ids, bos=tokenizer.prompt_bos_id, chat_template=use_template)
-        locate = _SpanLocator(encoding.offsets)
+        offsets = encoding.offsets
+        locate = _SpanLocator(offsets)
         token_spans = [locate(start + shift, end + shift) for start, end in spans]
         if filler_span is not None:
             filler_tokens = locate(filler_span[0] + shift, filler_span[1] + shift)
@@ -194,6 +199,7 @@ def render(
         asked=asked,
         filler_chars=None if filler_span is None else (filler_span[0] + shift, filler_span[1] + shift),
         filler_tokens=filler_tokens,
+        token_offsets=offsets,
     )
 
 

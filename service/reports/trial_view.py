@@ -82,11 +82,11 @@ def trial_detail(
             select(tables.Result).where(tables.Result.trial_id == row.id).order_by(tables.Result.position)
         )
     }
-    tokenizer, rendered, check = rebuilt(
+    rendered = rebuilt(
         row, trial, list(results.values()), spec=spec, questions=questions, tokenizer=tokenizer
     )
     window = _sliding_window(session, job, variant=row.variant)
-    offsets = _offsets(tokenizer, rendered, whole=tokens)
+    offsets = _offsets(rendered, whole=tokens)
     spans = [
         _span(q, results.get(q.position), rendered=rendered, window=window, offsets=offsets)
         for q in rendered.questions
@@ -114,7 +114,7 @@ def trial_detail(
         prompt_text=rendered.text,
         prompt_token_ids=None if rendered.token_ids is None or not tokens else list(rendered.token_ids),
         token_offsets=offsets if tokens else None,
-        check=check,
+        check=_check(row, list(results.values()), rendered=rendered),
         spans=spans,
         output_text=row.output_text,
         output_tokens=row.output_tokens,
@@ -214,23 +214,19 @@ def rebuilt(
     spec: JobSpec,
     questions: dict[str, Question],
     tokenizer: Tokenizer | None,
-) -> tuple[Tokenizer | None, RenderedPrompt, PromptCheck]:
-    """The trial's prompt rendered again, and checked against what the worker stored when it sent it. A
-    prompt rendered with a `LightTokenizer` that does not pass the check, or has nothing stored to pass, is
-    rendered again with transformers' own tokenizer, so the view shows what was sent whichever reads faster.
-    Returns the tokenizer that rendered it, the prompt and its check."""
+) -> RenderedPrompt:
+    """The trial's prompt rendered again. A prompt rendered with a `LightTokenizer` that does not pass the
+    check against what the worker stored when it sent it, or has nothing stored to pass it, is rendered
+    again with transformers' own tokenizer, so the view shows what was sent whichever reads faster."""
     if isinstance(tokenizer, LightTokenizer):
         try:
             rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
         except Exception:  # a template or file transformers reads otherwise: its own tokenizer decides
             rendered = None
-        if rendered is not None:
-            check = _check(row, results, rendered=rendered)
-            if check.matches:
-                return tokenizer, rendered, check
+        if rendered is not None and _check(row, results, rendered=rendered).matches:
+            return rendered
         tokenizer = tokenizer.full()
-    rendered = render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
-    return tokenizer, rendered, _check(row, results, rendered=rendered)
+    return render_trial(trial, spec=spec, questions=questions, tokenizer=tokenizer)
 
 
 def prompt_tokenizer(spec: JobSpec, *, cache_dir: str | Path | None) -> Tokenizer | None:
@@ -348,19 +344,12 @@ def _check(row: tables.Trial, results: Sequence[tables.Result], *, rendered: Ren
     )
 
 
-def _offsets(
-    tokenizer: Tokenizer | None, rendered: RenderedPrompt, *, whole: bool = True
-) -> Sequence[tuple[int, int]] | None:
-    """Each prompt token's character span, encoded as `render` encodes (it keeps only the ids): with
-    `whole` a list of pairs of Python integers, else as the tokenizer gives them."""
-    if tokenizer is None or rendered.token_ids is None:
+def _offsets(rendered: RenderedPrompt, *, whole: bool = True) -> Sequence[tuple[int, int]] | None:
+    """Each prompt token's character span, as `render` encoded it: with `whole` a list of pairs, else as
+    the tokenizer gave them."""
+    if rendered.token_offsets is None or rendered.token_ids is None:
         return None
-    encoding = tokenizer.encode(rendered.text, add_special_tokens=not rendered.chat_template_used)
-    if tuple(encoding.ids) != rendered.token_ids:
-        raise PosbiasError("the tokenizer encodes the same prompt two ways; it is not deterministic")
-    if not whole:
-        return encoding.offsets
-    return [(int(a), int(b)) for a, b in encoding.offsets]
+    return [(a, b) for a, b in rendered.token_offsets] if whole else rendered.token_offsets
 
 
 def _answer(r: tables.Result) -> AnswerView:
