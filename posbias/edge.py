@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from posbias.schemas import DatasetSpec, PosbiasError, UsageError, foreign_problem
 from posbias.schemas.bounds import INT64_MAX, MAX_BATCH_SIZE
-from posbias.schemas.spec_file import describe_validation_error
 from posbias.service.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -168,4 +167,8 @@ def dataset(value: Any) -> DatasetSpec:
     try:
         return DatasetSpec.model_validate(dict(given))
     except ValidationError as exc:
+        from posbias.schemas.spec_file import (
+            describe_validation_error,
+        )  # and YAML's parser: not on every start
+
         raise UsageError(f"invalid dataset: {describe_validation_error(exc)}") from None

@@ -25,13 +25,22 @@ if TYPE_CHECKING:
 
 
 @edge.public
-def trial(job: int, trial: int, *, variant: str | None = None, settings: Settings | None = None) -> TrialView:
+def trial(
+    job: int,
+    trial: int,
+    *,
+    variant: str | None = None,
+    tokens: bool = True,
+    settings: Settings | None = None,
+) -> TrialView:
     """Trial `trial` (its id, `trial_id` in `results(job)`) of job `job`: the prompt exactly as the engine
     was sent it (rebuilt from the stored plan with the model's tokenizer and chat template, and checked
     against the token counts and spans the worker stored: `check`), each question's token span and how far
     its answer's sliding window reaches back, the raw output, and every answer's parse status, prediction,
-    gold, correctness and option probabilities. With `variant`, the same trial as that variant answered it.
-    `NotFoundError` when the job, the trial or the variant is not there."""
+    gold, correctness and option probabilities. With `variant`, the same trial as that variant answered it;
+    `tokens=False` leaves out the prompt's token ids and each token's characters (`prompt_token_ids`,
+    `token_offsets`: about 10,000 of each for a 50-question prompt). `NotFoundError` when the job, the
+    trial or the variant is not there."""
     from posbias.service.reports import trial_detail
 
     job_id = edge.job_id(job)
@@ -39,7 +48,9 @@ def trial(job: int, trial: int, *, variant: str | None = None, settings: Setting
     name = None if variant is None else edge.text(variant, what="variant")
     resolved = edge.resolve_settings(settings)
     with edge.open_store(resolved, read_only=True) as db, db.read() as session:
-        return trial_detail(session, job_id, trial_id, variant=name, cache_dir=resolved.cache_dir)
+        return trial_detail(
+            session, job_id, trial_id, variant=name, cache_dir=resolved.cache_dir, tokens=tokens
+        )
 
 
 @edge.public

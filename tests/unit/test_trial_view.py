@@ -275,6 +275,9 @@ def test_the_command_marks_the_prompt_and_shows_names_verbatim(store: Store, tmp
     assert "«q1 tokens " in shown.stdout and "«/q4»" in shown.stdout
     assert "«window of answer" in shown.stdout
     assert "identical to what was sent" in shown.stdout
+    assert (
+        "rebuilt with the model's tokenizer" in shown.stdout
+    )  # the text leaves the token ids out, not the check
 
     one = run_cli(
         ["trial", str(store.job_id), str(trial_id), "--position", "3", "--json"], env=env, folder=tmp_path
@@ -295,6 +298,11 @@ def test_the_api_reads_a_trial_from_the_settings_store(store: Store, tmp_path: P
     settings = posbias.Settings(database_url=store.url, cache_dir=tmp_path)
     view = posbias.trial(store.job_id, _trial_ids(store)[0], settings=settings)
     assert view.check.matches is True
+    bare = posbias.trial(store.job_id, _trial_ids(store)[0], tokens=False, settings=settings)
+    assert bare.prompt_token_ids is None and bare.token_offsets is None
+    assert bare.model_copy(update={"prompt_token_ids": None, "token_offsets": None}) == view.model_copy(
+        update={"prompt_token_ids": None, "token_offsets": None}
+    )
     with pytest.raises(posbias.UsageError, match="trial id"):
         posbias.trial(store.job_id, 0, settings=settings)
 
