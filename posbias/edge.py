@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from pydantic import ValidationError
 
+from posbias import startup
 from posbias.schemas import DatasetSpec, PosbiasError, UsageError, foreign_problem
 from posbias.schemas.bounds import INT64_MAX, MAX_BATCH_SIZE
 from posbias.service.settings import Settings, load_settings
@@ -77,6 +78,7 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Iterator[Datab
     from posbias.service.store import database
 
     db = database.connect(settings.database_url, read_only=read_only)
+    startup.over()
     try:
         yield db
     finally:

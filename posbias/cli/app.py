@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from posbias import startup
 from posbias.cli import errors
 from posbias.cli import help as help_format
 from posbias.cli.common import SettingsLoader, err, out
@@ -134,6 +135,7 @@ def _main(
 
 def main() -> NoReturn:
     """Console-script entry point: run the app, map errors to one line and an exit code."""
+    startup.begin()
     sys.exit(run(sys.argv[1:]))
 
 

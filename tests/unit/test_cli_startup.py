@@ -171,3 +171,54 @@ def test_a_command_that_only_opens_the_store_imports_no_analysis(
     imported = [m for m in found["modules"] if any(m == h or m.startswith(h + ".") for h in heavy)]
     assert imported == [], f"posbias {' '.join(args)} imported {imported[:8]}"
     assert "posbias.service.store.database" in found["modules"]  # it did open the store
+
+
+COLLECTOR = """
+import gc, json, sys
+default, report = gc.get_threshold(), sys.argv[1]
+if sys.argv[2] == "command":
+    from posbias.cli.app import main
+    sys.argv = ["posbias", *sys.argv[3:]]
+    try:
+        main()
+    except SystemExit as exit:
+        code = exit.code
+else:  # Python code that imports posbias
+    import posbias
+    posbias.store_version()
+    code = 0
+with open(report, "w") as found:
+    after = {"after": gc.get_threshold(), "frozen": gc.get_freeze_count()}
+    json.dump({"code": code, "default": default, **after}, found)
+"""
+
+
+@pytest.mark.parametrize("how", ["command", "python"])
+def test_the_collectors_pace_is_the_default_once_the_store_is_open(tmp_path: Path, how: str) -> None:
+    # A command collects less often while it imports (`posbias/startup.py`); once its store is open, what
+    # lives is frozen and a long command (a worker, the viewer) collects at Python's own pace. Python code
+    # that imports posbias is not touched.
+    env = {"PATH": "/usr/bin:/bin", "POSBIAS_DATABASE_URL": "sqlite:///store.db"}
+    made = subprocess.run(
+        [sys.executable, "-m", "posbias.cli", "db", "upgrade"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert made.returncode == 0, made.stderr
+    report = tmp_path / "collector.json"
+    args = ["status"] if how == "command" else []
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECTOR, str(report), how, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert report.exists(), done.stderr
+    found = json.loads(report.read_text())
+    assert found["code"] == 0, done.stderr
+    assert found["after"] == found["default"]
+    assert (found["frozen"] > 0) == (how == "command")
