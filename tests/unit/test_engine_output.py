@@ -53,8 +53,10 @@ def test_a_subprocess_started_while_capturing_is_kept_and_still_reaches_the_outp
     with output.capture():
         child = subprocess.run([sys.executable, "-c", script], check=False)
     assert child.returncode == 1
+    # The readers pass each line on as they read it: what reached the output is read once they are done (under
+    # load, read before, it raced them).
+    assert output.drained(timeout=30), "the pipes' readers end once every writer has closed its end"
     passed_on = capfd.readouterr()
     assert "loading" in passed_on.out and "head size 36" in passed_on.err
-    assert output.drained(timeout=30), "the pipes' readers end once every writer has closed its end"
     assert output.root_cause() == "ValueError: head size 36 is not supported"
     assert "loading" in output.lines()
