@@ -53,7 +53,16 @@ def readme_invocations(script: str) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     "script",
-    ["store.py", "dispatch.py", "throughput.py", "probe_cost.py", "coverage.py", "fuzz.py", "served.py"],
+    [
+        "store.py",
+        "dispatch.py",
+        "throughput.py",
+        "probe_cost.py",
+        "coverage.py",
+        "fuzz.py",
+        "served.py",
+        "trial_real.py",
+    ],
 )
 def test_every_flag_the_readme_shows_exists(script: str) -> None:
     invocations = readme_invocations(script)
