@@ -169,8 +169,7 @@ def dataset(value: Any) -> DatasetSpec:
     try:
         return DatasetSpec.model_validate(dict(given))
     except ValidationError as exc:
-        from posbias.schemas.spec_file import (
-            describe_validation_error,
-        )  # and YAML's parser: not on every start
+        # Here rather than above: the module brings YAML's parser, which no command's start needs.
+        from posbias.schemas.spec_file import describe_validation_error
 
         raise UsageError(f"invalid dataset: {describe_validation_error(exc)}") from None

@@ -185,16 +185,11 @@ def local_tokenizer(model: str, *, tokenizer: str | None = None, cache_dir: str 
         return HfTokenizer(AutoTokenizer.from_pretrained(name, trust_remote_code=False, **options))
 
     source = check_model_source(model)
-    if tokenizer is not None and Path(tokenizer).expanduser().is_dir():
-        return load(Path(tokenizer).expanduser())
-    if source.kind == "folder":
-        return load(source.location)
+    files = tokenizer_folder(model, tokenizer=tokenizer, cache_dir=cache_dir)
+    if files is not None:  # for a GGUF file, seconds faster than reading the vocabulary out of the file
+        return load(files)
     if source.kind == "gguf":
-        file = Path(source.location)
-        converted = converted_folder(file, cache_dir=cache_dir)
-        if converted is not None:  # seconds faster than reading the vocabulary out of the GGUF file
-            return load(converted)
-        return HfTokenizer(gguf_tokenizer(file, cache_dir=cache_dir))
+        return HfTokenizer(gguf_tokenizer(Path(source.location), cache_dir=cache_dir))
     try:  # a hub model whose tokenizer is in the local Hugging Face cache; no download
         return load(source.location, local_files_only=True)
     except Exception:  # not cached (transformers raises OSError, ValueError, ...)
